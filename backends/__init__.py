@@ -1,0 +1,84 @@
+"""Devices: the only part of needle that knows numpy, cupy or array-api-strict.
+
+Installed as `needle.backends`. Factories return one cached Device per (kind, index).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .cpu import CPUDevice
+from .cuda import CUDADevice
+from .device import Device, host_array
+from .strict import STRICT_DEVICES, StrictDevice
+
+__all__ = [
+    "Device", "CPUDevice", "CUDADevice", "StrictDevice", "cpu", "cpu_numpy", "cuda", "strict",
+    "default_device", "all_devices", "namespace", "device_of", "host_array",
+]
+
+_DEVICES: dict[tuple[type, int], Device] = {}
+
+
+def _get(cls: type, index: int) -> Device:
+    key = (cls, index)
+    dev = _DEVICES.get(key)
+    if dev is None:
+        dev = _DEVICES[key] = cls(index)
+    return dev
+
+
+def cpu() -> Device:
+    """The host device (numpy)."""
+    return _get(CPUDevice, 0)
+
+
+cpu_numpy = cpu  # the course's name for the numpy-backed cpu device
+
+
+def cuda(index: int = 0) -> Device:
+    """GPU `index` (cupy). Constructing it is safe on any machine; see `enabled()`."""
+    return _get(CUDADevice, index)
+
+
+def strict(index: int = 0) -> Device:
+    """The array-api-strict reference device (index 1 and 2 are its extra test devices)."""
+    return _get(StrictDevice, index)
+
+
+def default_device() -> Device:
+    """The device tensors go to when none is given: cpu()."""
+    return cpu()
+
+
+def all_devices() -> list[Device]:
+    """Every device kind needle knows, enabled on this machine or not."""
+    return [cpu(), cuda(), strict()]
+
+
+# array type -> namespace, filled on first sight of each type (array_namespace costs µs)
+_NAMESPACES: dict[type, Any] = {}
+
+
+def namespace(array: Any) -> Any:
+    """The array-API namespace of `array`, resolved once per array type."""
+    xp = _NAMESPACES.get(type(array))
+    if xp is None:
+        xp = _NAMESPACES[type(array)] = device_of(array).xp
+    return xp
+
+
+def device_of(array: Any) -> Device:
+    """The needle Device that holds a native array."""
+    module = type(array).__module__
+    if module.startswith("numpy"):
+        return cpu()
+    if module.startswith("cupy"):
+        return cuda(array.device.id)
+    if module.startswith("array_api_strict"):
+        import array_api_strict as xs
+
+        for index, name in enumerate(STRICT_DEVICES):
+            if array.device == xs.Device(name):
+                return strict(index)
+    raise TypeError(f"needle has no device for arrays of type {type(array).__name__}")

@@ -1,0 +1,69 @@
+"""The cuda device: cupy through array-api-compat, imported only when first used."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .device import Device
+
+INSTALL_HINT = "install the GPU extra with `pip install needle[cuda]` (cupy-cuda12x)"
+
+
+class CUDADevice(Device):
+    """Arrays in GPU memory, computed with cupy. Constructing one never touches the GPU."""
+
+    kind = "cuda"
+
+    def __init__(self, index: int = 0):
+        super().__init__(index)
+        self._reason: str | None = None
+
+    def unavailable_reason(self) -> str:
+        """Why cuda cannot be used here, or an empty string when it can."""
+        if self._reason is None:
+            self._reason = _probe(self.index)
+        return self._reason
+
+    def enabled(self) -> bool:
+        """True when cupy imports and GPU `index` exists; never raises."""
+        return self.unavailable_reason() == ""
+
+    def _load(self) -> tuple[Any, Any]:
+        import array_api_compat.cupy as xp
+        import cupy
+
+        return xp, cupy.cuda.Device(self.index)
+
+    def owns(self, array: Any) -> bool:
+        """cupy arrays on this GPU live here."""
+        if not type(array).__module__.startswith("cupy"):
+            return False
+        return array.device.id == self.index
+
+    def from_numpy(self, array: np.ndarray) -> Any:
+        """Copy a host array to this GPU."""
+        import cupy
+
+        with cupy.cuda.Device(self.index):
+            return cupy.array(array, copy=True)
+
+    def to_numpy(self, array: Any) -> np.ndarray:
+        """Copy to the host (cupy refuses implicit conversion)."""
+        return array.get()
+
+
+def _probe(index: int) -> str:
+    """An explanation of what is missing for GPU `index`, or "" when it is usable."""
+    try:
+        import cupy
+    except Exception as e:  # ImportError, or a broken CUDA install
+        return f"cuda() is unavailable: cupy cannot be imported ({e}); {INSTALL_HINT}"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:
+        return f"cuda() is unavailable: no usable CUDA driver or GPU ({e}); {INSTALL_HINT}"
+    if index >= count:
+        return f"cuda({index}) is unavailable: this machine has {count} CUDA GPU(s)"
+    return ""

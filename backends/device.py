@@ -1,0 +1,195 @@
+"""The Device base class: one array namespace, its native device, creation and random numbers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+# dtype names the array API standard defines (plus float16 where a library has it)
+DTYPE_NAMES = (
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "float32", "float64", "complex64", "complex128",
+)
+
+
+class Device:
+    """A place where arrays live: an array-API namespace plus a native device object.
+
+    Subclasses set `kind` and implement `_load()` (returning the namespace and the native
+    device), and may override `enabled()`, `asarray_from_host()` and `to_numpy()`.
+    The namespace is resolved once per device, on first use, never at import time.
+    """
+
+    kind = "device"
+
+    def __init__(self, index: int = 0):
+        self.index = index
+        self._xp = None
+        self._native = None
+        self._dtypes: dict[Any, Any] = {}
+
+    # ----- identity -------------------------------------------------------------------
+    def __repr__(self) -> str:
+        return f"{self.kind}()" if self.index == 0 else f"{self.kind}({self.index})"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Device) and other.kind == self.kind and other.index == self.index
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.index))
+
+    # ----- namespace ------------------------------------------------------------------
+    def enabled(self) -> bool:
+        """True when this device can hold arrays on this machine (never raises)."""
+        return True
+
+    def _load(self) -> tuple[Any, Any]:
+        raise NotImplementedError
+
+    def _require(self) -> None:
+        if self._xp is None:
+            if not self.enabled():
+                raise RuntimeError(self.unavailable_reason())
+            self._xp, self._native = self._load()
+            self._build_dtype_table()
+
+    def unavailable_reason(self) -> str:
+        """Why this device cannot be used here (empty when it can)."""
+        return ""
+
+    @property
+    def xp(self) -> Any:
+        """The array-API namespace of this device."""
+        if self._xp is None:
+            self._require()
+        return self._xp
+
+    @property
+    def native(self) -> Any:
+        """The namespace's own device object (what `device=` in xp calls expects)."""
+        if self._xp is None:
+            self._require()
+        return self._native
+
+    # ----- dtypes ---------------------------------------------------------------------
+    def _build_dtype_table(self) -> None:
+        for name in DTYPE_NAMES:
+            native = getattr(self._xp, name, None)
+            if native is not None:
+                self._dtypes[name] = native
+                self._dtypes[native] = native
+
+    def dtype(self, spec: Any) -> Any:
+        """The native dtype for `spec`: a name ("float32"), a numpy type or dtype, or native."""
+        if spec is None:
+            return None
+        try:
+            return self._dtypes[spec]
+        except (KeyError, TypeError):
+            pass
+        self._require()
+        try:
+            name = np.dtype(spec).name
+        except TypeError:
+            name = getattr(spec, "name", str(spec))
+        if name not in self._dtypes:
+            raise TypeError(f"dtype {spec!r} is not supported on {self}")
+        native = self._dtypes[name]
+        try:
+            self._dtypes[spec] = native
+        except TypeError:  # unhashable spec
+            pass
+        return native
+
+    def public_dtype(self, native: Any) -> np.dtype:
+        """The numpy dtype equal to a native dtype, so `t.dtype == "float32"` on every device."""
+        return native
+
+    # ----- creation -------------------------------------------------------------------
+    def zeros(self, *shape, dtype: Any = "float32") -> Any:
+        """An array of zeros (`zeros(2, 3)` or `zeros((2, 3))`)."""
+        return self.xp.zeros(_shape(shape), dtype=self.dtype(dtype), device=self.native)
+
+    def ones(self, *shape, dtype: Any = "float32") -> Any:
+        """An array of ones."""
+        return self.xp.ones(_shape(shape), dtype=self.dtype(dtype), device=self.native)
+
+    def full(self, shape, fill_value, dtype: Any = "float32") -> Any:
+        """An array filled with `fill_value`."""
+        return self.xp.full(_shape((shape,)), fill_value, dtype=self.dtype(dtype),
+                            device=self.native)
+
+    def empty(self, shape, dtype: Any = "float32") -> Any:
+        """An uninitialised array."""
+        return self.xp.empty(_shape((shape,)), dtype=self.dtype(dtype), device=self.native)
+
+    def one_hot(self, n: int, i, dtype: Any = "float32") -> Any:
+        """Rows of the n x n identity picked by the integer labels `i` (shape `i.shape + (n,)`)."""
+        xp = self.xp
+        idx = i if self.owns(i) else self.asarray(i)
+        idx = xp.astype(idx, xp.int64)
+        classes = xp.arange(n, dtype=xp.int64, device=self.native)
+        return xp.astype(xp.expand_dims(idx, axis=-1) == classes, self.dtype(dtype))
+
+    # ----- random numbers: numpy's global state, so np.random.seed reproduces the course -----
+    def rand(self, *shape) -> Any:
+        """Uniform [0, 1) float64 draws, `np.random.rand(*shape)`, placed on this device."""
+        return self.from_numpy(np.asarray(np.random.rand(*shape)))
+
+    def randn(self, *shape) -> Any:
+        """Standard normal float64 draws, `np.random.randn(*shape)`, placed on this device."""
+        return self.from_numpy(np.asarray(np.random.randn(*shape)))
+
+    # ----- conversion -----------------------------------------------------------------
+    def owns(self, array: Any) -> bool:
+        """True when `array` is a native array of this device's namespace on this device."""
+        raise NotImplementedError
+
+    def from_numpy(self, array: np.ndarray) -> Any:
+        """Copy a host numpy array onto this device, keeping its dtype."""
+        raise NotImplementedError
+
+    def to_numpy(self, array: Any) -> np.ndarray:
+        """A host copy of one of this device's arrays."""
+        raise NotImplementedError
+
+    def asarray(self, obj: Any, dtype: Any = None) -> Any:
+        """A new array on this device from a list, scalar, numpy array or any device's array.
+
+        With `dtype=None` the input's dtype is kept (lists follow numpy's inference).
+        """
+        xp = self.xp  # raises RuntimeError with the reason when the device is unavailable
+        dt = self.dtype(dtype)
+        if self.owns(obj):
+            out = xp.asarray(obj, copy=True)
+        else:
+            out = self.from_numpy(host_array(obj))
+        if dt is not None and out.dtype != dt:
+            out = xp.astype(out, dt)
+        return out
+
+
+def _shape(shape: tuple) -> tuple:
+    """Accept both `f(2, 3)` and `f((2, 3))`."""
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        return tuple(shape[0])
+    return tuple(int(s) for s in shape)
+
+
+def host_array(obj: Any) -> np.ndarray:
+    """Any array (numpy, cupy, array-api-strict, ...), list or scalar as a host numpy array."""
+    if isinstance(obj, np.ndarray):
+        return obj
+    if type(obj).__module__.startswith("cupy"):
+        return obj.get()
+    if hasattr(obj, "__dlpack__") and hasattr(obj, "shape"):
+        try:
+            return np.from_dlpack(obj)
+        except (BufferError, TypeError, RuntimeError, ValueError):
+            pass
+    return np.asarray(obj)

@@ -1,0 +1,11 @@
+"""needle: the Deep Learning Systems course framework, written once against the array API."""
+
+from . import autograd, backends, init, ops
+from .autograd import (
+    Op, Tensor, TensorOp, TensorTuple, TensorTupleOp, Value, is_grad_enabled, no_grad,
+)
+from .backends import Device, all_devices, cpu, cpu_numpy, cuda, default_device, strict
+from .init import ones, ones_like, zeros, zeros_like
+from .ops import *  # noqa: F403
+
+__version__ = "0.1.0"

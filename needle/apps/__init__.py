@@ -1,0 +1,1 @@
+"""needle.apps (work in progress)."""

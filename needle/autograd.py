@@ -1,0 +1,484 @@
+"""The autograd engine: Value, Tensor, TensorTuple, Op, topological sort and reverse-mode AD."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from .backends import Device, default_device, device_of
+
+# Defer computation until realize_cached_data() is called (the course's lazy mode).
+LAZY_MODE = False
+# Number of live Values, for spotting leaked graphs.
+TENSOR_COUNTER = 0
+# Turned off inside `no_grad()`: results are then detached constants.
+_GRAD_ENABLED = True
+
+
+class no_grad:
+    """Context manager (and decorator) under which no op is recorded in the graph."""
+
+    def __enter__(self) -> no_grad:
+        global _GRAD_ENABLED
+        self._prev = _GRAD_ENABLED
+        _GRAD_ENABLED = False
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        global _GRAD_ENABLED
+        _GRAD_ENABLED = self._prev
+
+    def __call__(self, fn):
+        def wrapper(*args, **kwargs):
+            with no_grad():
+                return fn(*args, **kwargs)
+
+        wrapper.__name__ = getattr(fn, "__name__", "wrapper")
+        wrapper.__doc__ = getattr(fn, "__doc__", None)
+        return wrapper
+
+
+def is_grad_enabled() -> bool:
+    """False inside `no_grad()`."""
+    return _GRAD_ENABLED
+
+
+class Op:
+    """An operator: `compute` maps arrays to arrays, `gradient` maps Tensors to Tensors."""
+
+    def __call__(self, *args: Value) -> Value:
+        raise NotImplementedError()
+
+    def compute(self, *args: Any) -> Any:
+        """The forward computation on the devices' raw arrays."""
+        raise NotImplementedError()
+
+    def gradient(self, out_grad: Value, node: Value) -> Value | tuple[Value | None, ...]:
+        """Partial adjoints of the inputs, built from needle ops (None: no gradient needed)."""
+        raise NotImplementedError()
+
+    def gradient_as_tuple(self, out_grad: Value, node: Value) -> tuple:
+        """`gradient` with the result always a tuple, one entry per input."""
+        output = self.gradient(out_grad, node)
+        if isinstance(output, tuple):
+            return output
+        if isinstance(output, list):
+            return tuple(output)
+        return (output,)
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"{type(self).__name__}({args})"
+
+
+class TensorOp(Op):
+    """An op whose output is a single Tensor."""
+
+    def __call__(self, *args: Value) -> Tensor:
+        return Tensor.make_from_op(self, args)
+
+
+class TensorTupleOp(Op):
+    """An op whose output is a TensorTuple."""
+
+    def __call__(self, *args: Value) -> TensorTuple:
+        return TensorTuple.make_from_op(self, args)
+
+
+class Value:
+    """A node of the computational graph: an op, its inputs and the cached result."""
+
+    __slots__ = ("op", "inputs", "cached_data", "requires_grad", "device", "grad",
+                 "__weakref__")
+
+    op: Op | None
+    inputs: tuple[Value, ...]
+    cached_data: Any
+    requires_grad: bool
+    device: Device
+
+    def realize_cached_data(self) -> Any:
+        """Run the computation (if it has not run yet) and return the cached array."""
+        if self.cached_data is None:
+            # iterative, so a long lazy chain cannot hit the recursion limit
+            for node in find_topo_sort([self]):
+                if node.cached_data is None:
+                    node.cached_data = node.op.compute(*[x.cached_data for x in node.inputs])
+        return self.cached_data
+
+    def is_leaf(self) -> bool:
+        """True for values not produced by an op."""
+        return self.op is None
+
+    def __del__(self) -> None:
+        global TENSOR_COUNTER
+        TENSOR_COUNTER -= 1
+
+    def _init(
+        self,
+        op: Op | None,
+        inputs: Iterable[Value],
+        *,
+        num_outputs: int = 1,
+        cached_data: Any = None,
+        requires_grad: bool | None = None,
+        device: Device | None = None,
+    ) -> None:
+        global TENSOR_COUNTER
+        TENSOR_COUNTER += 1
+        inputs = tuple(inputs)
+        if inputs:
+            first = inputs[0].device
+            for x in inputs:
+                if x.device is not first and x.device != first:
+                    raise ValueError(
+                        f"{type(op).__name__}: inputs are on different devices "
+                        f"({', '.join(str(x.device) for x in inputs)}); move them with .to()"
+                    )
+            if device is None:
+                device = first
+        if requires_grad is None:
+            requires_grad = _GRAD_ENABLED and any(x.requires_grad for x in inputs)
+        self.op = op
+        self.inputs = inputs
+        self.cached_data = cached_data
+        self.requires_grad = requires_grad
+        self.device = device
+        self.grad = None
+
+    @classmethod
+    def make_const(cls, data: Any, requires_grad: bool = False, *, device: Device | None = None):
+        """A leaf holding `data` (a device array) as is: no copy, no graph."""
+        value = cls.__new__(cls)
+        value._init(None, (), cached_data=data, requires_grad=requires_grad,
+                    device=device if device is not None else device_of(data))
+        return value
+
+    @classmethod
+    def make_from_op(cls, op: Op, inputs: Iterable[Value]):
+        """The output of `op` on `inputs`; detached when no input requires grad."""
+        global TENSOR_COUNTER
+        value = cls.__new__(cls)
+        # the body of _init, inlined: this is the hottest path in needle
+        TENSOR_COUNTER += 1
+        inputs = tuple(inputs)
+        device = inputs[0].device
+        requires_grad = False
+        for x in inputs:
+            if x.device is not device and x.device != device:
+                raise ValueError(
+                    f"{type(op).__name__}: inputs are on different devices "
+                    f"({', '.join(str(x.device) for x in inputs)}); move them with .to()"
+                )
+            if x.requires_grad:
+                requires_grad = _GRAD_ENABLED
+        value.op = op
+        value.inputs = inputs
+        value.requires_grad = requires_grad
+        value.device = device
+        value.grad = None
+        if LAZY_MODE:
+            value.cached_data = None
+            return value
+        arrays = [x.cached_data for x in inputs]
+        for array in arrays:
+            if array is None:  # an input built in lazy mode
+                arrays = [x.realize_cached_data() for x in inputs]
+                break
+        value.cached_data = op.compute(*arrays)
+        if not requires_grad:  # nothing to differentiate: keep no references to the inputs
+            value.op = None
+            value.inputs = ()
+        return value
+
+
+class TensorTuple(Value):
+    """A tuple of tensors produced by one op (for fused ops, split and stack)."""
+
+    __slots__ = ()
+
+    def __len__(self) -> int:
+        return len(self.realize_cached_data())
+
+    def __getitem__(self, index: int) -> Tensor:
+        from .ops import tuple_get_item
+
+        return tuple_get_item(self, index)
+
+    def tuple(self) -> tuple[Tensor, ...]:
+        """The elements as a Python tuple of Tensors."""
+        return tuple(self[i] for i in range(len(self)))
+
+    def __iter__(self):
+        return iter(self.tuple())
+
+    def __repr__(self) -> str:
+        return "needle.TensorTuple" + str(self.tuple())
+
+    def __str__(self) -> str:
+        return self.__repr__()
+
+    def __add__(self, other: TensorTuple) -> TensorTuple:
+        from .ops import make_tuple
+
+        if not isinstance(other, TensorTuple) or len(self) != len(other):
+            raise ValueError("TensorTuple + needs another TensorTuple of the same length")
+        return make_tuple(*[self[i] + other[i] for i in range(len(self))])
+
+    def detach(self) -> TensorTuple:
+        """A constant TensorTuple sharing the data."""
+        return TensorTuple.make_const(self.realize_cached_data(), device=self.device)
+
+
+class Tensor(Value):
+    """An n-dimensional array on a device, recording the ops applied to it."""
+
+    __slots__ = ()
+    # numpy scalars on the left of an operator defer to Tensor's reflected methods
+    __array_ufunc__ = None
+
+    def __init__(
+        self,
+        array: Any,
+        *,
+        device: Device | None = None,
+        dtype: Any = None,
+        requires_grad: bool = True,
+        **kwargs: Any,
+    ):
+        try:
+            if isinstance(array, Tensor):
+                device = array.device if device is None else device
+                dtype = array.dtype if dtype is None else dtype
+                data = device.asarray(array.realize_cached_data(), dtype=dtype)
+            else:
+                device = default_device() if device is None else device
+                data = device.asarray(array, dtype=dtype)
+        except BaseException:
+            global TENSOR_COUNTER
+            TENSOR_COUNTER += 1  # __del__ still runs on this half-made object: keep counts even
+            raise
+        self._init(None, (), cached_data=data, requires_grad=requires_grad, device=device)
+
+    # ----- array-like members ------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape, a tuple of ints."""
+        return tuple(self.realize_cached_data().shape)
+
+    @property
+    def dtype(self) -> Any:
+        """The dtype, comparing equal to its name (`t.dtype == "float32"`) on every device."""
+        return self.device.public_dtype(self.realize_cached_data().dtype)
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+        return len(self.realize_cached_data().shape)
+
+    def numpy(self):
+        """A host (numpy) copy of the data."""
+        return self.device.to_numpy(self.realize_cached_data())
+
+    def item(self) -> float | int | bool:
+        """The value of a one-element tensor as a Python number."""
+        return self.numpy().item()
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def to(self, device: Device) -> Tensor:
+        """This tensor on `device` (itself when already there); the copy is a new leaf."""
+        if device == self.device:
+            return self
+        return Tensor(self, device=device, requires_grad=self.requires_grad)
+
+    # ----- graph members -----------------------------------------------------------------
+    def detach(self) -> Tensor:
+        """A new constant tensor sharing this tensor's storage."""
+        return Tensor.make_const(self.realize_cached_data(), device=self.device)
+
+    @property
+    def data(self) -> Tensor:
+        """The tensor's data as a detached tensor sharing storage."""
+        return self.detach()
+
+    @data.setter
+    def data(self, value: Tensor) -> None:
+        if not isinstance(value, Tensor):
+            raise TypeError(f".data must be set to a Tensor, got {type(value).__name__}")
+        if value.dtype != self.dtype:
+            raise ValueError(
+                f".data dtype mismatch: this tensor is {self.dtype}, the new data is "
+                f"{value.dtype}"
+            )
+        self.cached_data = value.realize_cached_data()
+        self.device = value.device
+
+    def backward(self, out_grad: Tensor | None = None, *, create_graph: bool = True) -> None:
+        """Set `.grad` on every node that this tensor depends on.
+
+        `out_grad` defaults to ones of this tensor's shape. The gradients are built from
+        needle ops and can be differentiated again; `create_graph=False` records no graph
+        for them (faster, and no reference cycles between nodes and their gradients).
+        """
+        if out_grad is None:
+            out_grad = Tensor.make_const(
+                self.device.ones(self.shape, dtype=self.realize_cached_data().dtype),
+                device=self.device,
+            )
+        elif not isinstance(out_grad, Tensor):
+            out_grad = Tensor(out_grad, device=self.device, dtype=self.dtype,
+                              requires_grad=False)
+        if out_grad.shape != self.shape:
+            raise ValueError(
+                f"backward: out_grad has shape {out_grad.shape}, the tensor has {self.shape}"
+            )
+        if create_graph:
+            compute_gradient_of_variables(self, out_grad)
+        else:
+            with no_grad():
+                compute_gradient_of_variables(self, out_grad)
+
+    # ----- printing ------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        suffix = "" if self.device.kind == "cpu" else f", device={self.device}"
+        return f"needle.Tensor({self.numpy()}{suffix})"
+
+    def __str__(self) -> str:
+        return str(self.numpy())
+
+    # ----- operators: Tensor operands use the EWise ops, Python numbers the scalar ops ------
+    def __add__(self, other: Any) -> Tensor:
+        if isinstance(other, Tensor):
+            return _ops.EWiseAdd()(self, other)
+        return _ops.AddScalar(other)(self)
+
+    __radd__ = __add__
+
+    def __mul__(self, other: Any) -> Tensor:
+        if isinstance(other, Tensor):
+            return _ops.EWiseMul()(self, other)
+        return _ops.MulScalar(other)(self)
+
+    __rmul__ = __mul__
+
+    def __sub__(self, other: Any) -> Tensor:
+        if isinstance(other, Tensor):
+            return _ops.EWiseAdd()(self, _ops.Negate()(other))
+        return _ops.AddScalar(-_ops.as_scalar(other))(self)
+
+    def __rsub__(self, other: Any) -> Tensor:
+        return _ops.AddScalar(other)(_ops.Negate()(self))
+
+    def __truediv__(self, other: Any) -> Tensor:
+        if isinstance(other, Tensor):
+            return _ops.EWiseDiv()(self, other)
+        return _ops.DivScalar(other)(self)
+
+    def __rtruediv__(self, other: Any) -> Tensor:
+        return _ops.MulScalar(other)(_ops.PowerScalar(-1)(self))
+
+    def __pow__(self, other: Any) -> Tensor:
+        if isinstance(other, Tensor):
+            return _ops.EWisePow()(self, other)
+        return _ops.PowerScalar(other)(self)
+
+    def __rpow__(self, other: Any) -> Tensor:
+        # c ** x = exp(x * log c)
+        return _ops.exp(_ops.MulScalar(_ops.math_log(other))(self))
+
+    def __neg__(self) -> Tensor:
+        return _ops.Negate()(self)
+
+    def __matmul__(self, other: Tensor) -> Tensor:
+        return _ops.matmul(self, other)
+
+    def __getitem__(self, index: Any) -> Tensor:
+        return _ops.get_item(self, index)
+
+    # ----- methods -------------------------------------------------------------------------
+    def matmul(self, other: Tensor) -> Tensor:
+        """Matrix product, `self @ other`."""
+        return _ops.matmul(self, other)
+
+    def sum(self, axes: int | tuple[int, ...] | None = None) -> Tensor:
+        """Sum over `axes` (all when None)."""
+        return _ops.Summation(axes)(self)
+
+    def reshape(self, shape: tuple[int, ...]) -> Tensor:
+        """The same data in a new shape."""
+        return _ops.Reshape(shape)(self)
+
+    def broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
+        """Broadcast to `shape` by numpy's rules."""
+        return _ops.BroadcastTo(shape)(self)
+
+    def transpose(self, axes: tuple[int, int] | None = None) -> Tensor:
+        """Swap two axes (the last two by default)."""
+        return _ops.Transpose(axes)(self)
+
+    def exp(self) -> Tensor:
+        """Elementwise e**x."""
+        return _ops.Exp()(self)
+
+    def log(self) -> Tensor:
+        """Elementwise natural logarithm."""
+        return _ops.Log()(self)
+
+    def relu(self) -> Tensor:
+        """Elementwise max(x, 0)."""
+        return _ops.ReLU()(self)
+
+
+def find_topo_sort(node_list: Iterable[Value]) -> list[Value]:
+    """Post-order depth-first walk over `inputs`, left to right; iterative, so deep graphs work."""
+    order: list[Value] = []
+    visited: set[Value] = set()  # Values hash by identity
+    for root in node_list:
+        if root in visited:
+            continue
+        visited.add(root)
+        stack = [(root, 0)]
+        while stack:
+            node, i = stack[-1]
+            inputs = node.inputs
+            while i < len(inputs) and inputs[i] in visited:
+                i += 1
+            if i < len(inputs):
+                stack[-1] = (node, i + 1)
+                child = inputs[i]
+                visited.add(child)
+                stack.append((child, 0))
+            else:
+                stack.pop()
+                order.append(node)
+    return order
+
+
+def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> None:
+    """Reverse-mode AD: walk the graph backwards, summing partial adjoints into `.grad`.
+
+    A partial adjoint that arrives with a broadcast shape is summed back to its input's
+    shape here, once, for every op.
+    """
+    grads: dict[Value, Value] = {output_tensor: out_grad}
+    for node in reversed(find_topo_sort([output_tensor])):
+        grad = grads.pop(node, None)
+        if grad is None:
+            continue
+        node.grad = grad
+        if node.op is None:
+            continue
+        partials = node.op.gradient_as_tuple(grad, node)
+        for inp, partial in zip(node.inputs, partials):
+            if partial is None or not inp.requires_grad:
+                continue
+            if isinstance(inp, Tensor):
+                shape = inp.realize_cached_data().shape
+                if partial.realize_cached_data().shape != shape:
+                    partial = _ops.sum_to_shape(partial, tuple(shape))
+            previous = grads.get(inp)
+            grads[inp] = partial if previous is None else previous + partial
+
+
+from . import ops as _ops  # noqa: E402  (ops imports this module; bound after Tensor exists)

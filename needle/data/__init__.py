@@ -1,0 +1,1 @@
+"""needle.data (work in progress)."""

@@ -1,0 +1,74 @@
+"""Tensor creation: random and constant tensors drawn through the device."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..autograd import Tensor
+from ..backends import Device, default_device
+
+
+def _tensor(array: Any, device: Device, dtype: Any, requires_grad: bool) -> Tensor:
+    """A leaf tensor from a fresh device array, cast to `dtype` (no extra copy when equal)."""
+    native = device.dtype(dtype)
+    if native is not None and array.dtype != native:
+        array = device.xp.astype(array, native)
+    return Tensor.make_const(array, requires_grad=requires_grad, device=device)
+
+
+def rand(*shape, low=0.0, high=1.0, device=None, dtype="float32", requires_grad=False):
+    """Uniform numbers in [low, high): `device.rand(*shape) * (high - low) + low`."""
+    device = default_device() if device is None else device
+    array = device.rand(*shape) * (high - low) + low
+    return _tensor(array, device, dtype, requires_grad)
+
+
+def randn(*shape, mean=0.0, std=1.0, device=None, dtype="float32", requires_grad=False):
+    """Normal numbers: `device.randn(*shape) * std + mean`."""
+    device = default_device() if device is None else device
+    array = device.randn(*shape) * std + mean
+    return _tensor(array, device, dtype, requires_grad)
+
+
+def constant(*shape, c=1.0, device=None, dtype="float32", requires_grad=False):
+    """A tensor filled with `c`."""
+    device = default_device() if device is None else device
+    array = device.full(shape, c, dtype=dtype)
+    return _tensor(array, device, dtype, requires_grad)
+
+
+def ones(*shape, device=None, dtype="float32", requires_grad=False):
+    """A tensor of ones."""
+    return constant(*shape, c=1.0, device=device, dtype=dtype, requires_grad=requires_grad)
+
+
+def zeros(*shape, device=None, dtype="float32", requires_grad=False):
+    """A tensor of zeros."""
+    return constant(*shape, c=0.0, device=device, dtype=dtype, requires_grad=requires_grad)
+
+
+def randb(*shape, p=0.5, device=None, dtype="bool", requires_grad=False):
+    """Bernoulli(p) booleans: `device.rand(*shape) <= p`."""
+    device = default_device() if device is None else device
+    array = device.rand(*shape) <= p
+    return _tensor(array, device, dtype, requires_grad)
+
+
+def one_hot(n, i, device=None, dtype="float32", requires_grad=False):
+    """One-hot rows of length `n` for the integer labels `i`."""
+    device = default_device() if device is None else device
+    if isinstance(i, Tensor):
+        i = i.realize_cached_data()
+    return _tensor(device.one_hot(n, i, dtype=dtype), device, dtype, requires_grad)
+
+
+def zeros_like(array: Tensor, *, device=None, requires_grad=False):
+    """Zeros with the shape and dtype of `array`."""
+    device = array.device if device is None else device
+    return zeros(*array.shape, dtype=array.dtype, device=device, requires_grad=requires_grad)
+
+
+def ones_like(array: Tensor, *, device=None, requires_grad=False):
+    """Ones with the shape and dtype of `array`."""
+    device = array.device if device is None else device
+    return ones(*array.shape, dtype=array.dtype, device=device, requires_grad=requires_grad)

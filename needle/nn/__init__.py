@@ -1,0 +1,1 @@
+"""needle.nn (work in progress)."""

@@ -1,0 +1,285 @@
+"""Elementwise ops: arithmetic with tensors and with Python scalars, and unary functions."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..autograd import Tensor, TensorOp
+from ..backends import namespace
+
+
+def as_scalar(value: Any) -> int | float | bool:
+    """A Python number for a scalar operand (numpy scalars would upset strict namespaces)."""
+    kind = type(value)
+    if kind is float or kind is int or kind is bool:
+        return value
+    if isinstance(value, Tensor):
+        raise TypeError("expected a Python number, got a Tensor (use the elementwise op)")
+    if getattr(value, "shape", None) == () and hasattr(value, "item"):
+        return value.item()  # numpy scalar or 0-d array
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    raise TypeError(f"expected a Tensor or a Python number, got {kind.__name__}")
+
+
+def math_log(value: Any) -> float:
+    """log of a Python number."""
+    return math.log(as_scalar(value))
+
+
+def broadcast_shapes(op: str, a: tuple, b: tuple) -> tuple:
+    """The broadcast of two shapes, or a ValueError naming both."""
+    out = []
+    for i in range(1, max(len(a), len(b)) + 1):
+        x = a[-i] if i <= len(a) else 1
+        y = b[-i] if i <= len(b) else 1
+        if x != y and x != 1 and y != 1:
+            raise ValueError(f"{op}: shapes {tuple(a)} and {tuple(b)} are not broadcastable")
+        out.append(x if y == 1 else y)
+    return tuple(reversed(out))
+
+
+class EWiseAdd(TensorOp):
+    """a + b."""
+
+    def compute(self, a, b):
+        if a.shape != b.shape:
+            broadcast_shapes("add", a.shape, b.shape)
+        return a + b
+
+    def gradient(self, out_grad, node):
+        return out_grad, out_grad
+
+
+def add(a: Tensor, b: Tensor) -> Tensor:
+    """a + b, broadcasting."""
+    return EWiseAdd()(a, b)
+
+
+class AddScalar(TensorOp):
+    """a + scalar."""
+
+    def __init__(self, scalar):
+        self.scalar = as_scalar(scalar)
+
+    def compute(self, a):
+        return a + self.scalar
+
+    def gradient(self, out_grad, node):
+        return out_grad
+
+
+def add_scalar(a: Tensor, scalar) -> Tensor:
+    """a + scalar."""
+    return AddScalar(scalar)(a)
+
+
+class EWiseMul(TensorOp):
+    """a * b."""
+
+    def compute(self, a, b):
+        if a.shape != b.shape:
+            broadcast_shapes("multiply", a.shape, b.shape)
+        return a * b
+
+    def gradient(self, out_grad, node):
+        a, b = node.inputs
+        return out_grad * b, out_grad * a
+
+
+def multiply(a: Tensor, b: Tensor) -> Tensor:
+    """a * b, broadcasting."""
+    return EWiseMul()(a, b)
+
+
+class MulScalar(TensorOp):
+    """a * scalar."""
+
+    def __init__(self, scalar):
+        self.scalar = as_scalar(scalar)
+
+    def compute(self, a):
+        return a * self.scalar
+
+    def gradient(self, out_grad, node):
+        return out_grad * self.scalar
+
+
+def mul_scalar(a: Tensor, scalar) -> Tensor:
+    """a * scalar."""
+    return MulScalar(scalar)(a)
+
+
+class EWisePow(TensorOp):
+    """a ** b, elementwise."""
+
+    def compute(self, a, b):
+        if a.shape != b.shape:
+            broadcast_shapes("power", a.shape, b.shape)
+        return namespace(a).pow(a, b)
+
+    def gradient(self, out_grad, node):
+        a, b = node.inputs
+        # d/da a^b = b a^(b-1);  d/db a^b = a^b log a
+        return out_grad * b * a ** (b - 1), out_grad * node * log(a)
+
+
+def power(a: Tensor, b: Tensor) -> Tensor:
+    """a ** b, elementwise, broadcasting."""
+    return EWisePow()(a, b)
+
+
+class PowerScalar(TensorOp):
+    """a ** scalar."""
+
+    def __init__(self, scalar):
+        self.scalar = as_scalar(scalar)
+
+    def compute(self, a):
+        return a**self.scalar
+
+    def gradient(self, out_grad, node):
+        a = node.inputs[0]
+        if self.scalar == 0:
+            return out_grad * 0
+        return out_grad * self.scalar * a ** (self.scalar - 1)
+
+
+def power_scalar(a: Tensor, scalar) -> Tensor:
+    """a ** scalar."""
+    return PowerScalar(scalar)(a)
+
+
+class EWiseDiv(TensorOp):
+    """a / b."""
+
+    def compute(self, a, b):
+        if a.shape != b.shape:
+            broadcast_shapes("divide", a.shape, b.shape)
+        return a / b
+
+    def gradient(self, out_grad, node):
+        a, b = node.inputs
+        # d/db a/b = -a / b^2
+        return out_grad / b, -(out_grad * a) / (b * b)
+
+
+def divide(a: Tensor, b: Tensor) -> Tensor:
+    """a / b, broadcasting."""
+    return EWiseDiv()(a, b)
+
+
+class DivScalar(TensorOp):
+    """a / scalar."""
+
+    def __init__(self, scalar):
+        self.scalar = as_scalar(scalar)
+
+    def compute(self, a):
+        return a / self.scalar
+
+    def gradient(self, out_grad, node):
+        return out_grad / self.scalar
+
+
+def divide_scalar(a: Tensor, scalar) -> Tensor:
+    """a / scalar."""
+    return DivScalar(scalar)(a)
+
+
+class Negate(TensorOp):
+    """-a."""
+
+    def compute(self, a):
+        return -a
+
+    def gradient(self, out_grad, node):
+        return -out_grad
+
+
+def negate(a: Tensor) -> Tensor:
+    """-a."""
+    return Negate()(a)
+
+
+class Log(TensorOp):
+    """Natural logarithm."""
+
+    def compute(self, a):
+        return namespace(a).log(a)
+
+    def gradient(self, out_grad, node):
+        return out_grad / node.inputs[0]  # d/da log a = 1/a
+
+
+def log(a: Tensor) -> Tensor:
+    """Elementwise natural logarithm."""
+    return Log()(a)
+
+
+class Exp(TensorOp):
+    """e ** a."""
+
+    def compute(self, a):
+        return namespace(a).exp(a)
+
+    def gradient(self, out_grad, node):
+        return out_grad * node  # d/da e^a = e^a
+
+
+def exp(a: Tensor) -> Tensor:
+    """Elementwise e ** a."""
+    return Exp()(a)
+
+
+class ReLU(TensorOp):
+    """max(a, 0)."""
+
+    def compute(self, a):
+        xp = namespace(a)
+        return xp.where(a > 0, a, xp.zeros_like(a))
+
+    def gradient(self, out_grad, node):
+        a = node.inputs[0].realize_cached_data()
+        mask = namespace(a).astype(a > 0, a.dtype)  # the derivative, a constant
+        return out_grad * Tensor.make_const(mask, device=node.device)
+
+
+def relu(a: Tensor) -> Tensor:
+    """Elementwise max(a, 0)."""
+    return ReLU()(a)
+
+
+class Tanh(TensorOp):
+    """Hyperbolic tangent."""
+
+    def compute(self, a):
+        return namespace(a).tanh(a)
+
+    def gradient(self, out_grad, node):
+        return out_grad * (1 - node**2)  # d/da tanh a = 1 - tanh^2 a
+
+
+def tanh(a: Tensor) -> Tensor:
+    """Elementwise tanh."""
+    return Tanh()(a)
+
+
+class Sigmoid(TensorOp):
+    """1 / (1 + e^-a), computed as (1 + tanh(a/2)) / 2 so it never overflows."""
+
+    def compute(self, a):
+        return (namespace(a).tanh(a * 0.5) + 1) * 0.5
+
+    def gradient(self, out_grad, node):
+        return out_grad * node * (1 - node)  # s' = s (1 - s)
+
+
+def sigmoid(a: Tensor) -> Tensor:
+    """Elementwise logistic sigmoid."""
+    return Sigmoid()(a)

@@ -1,0 +1,1 @@
+"""needle.optim (work in progress)."""

@@ -1,0 +1,211 @@
+"""Every op: forward against numpy (float64) and backward against finite differences."""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import pytest
+
+import needle as ndl
+from needle.testing import check_gradients
+
+
+@dataclass
+class Case:
+    id: str
+    fn: Callable  # on needle Tensors
+    ref: Callable  # the same on numpy arrays
+    shapes: list
+    positive: bool = False  # draw inputs from [0.5, 2) instead of N(0, 1)
+    kwargs: dict = field(default_factory=dict)
+
+    def inputs(self) -> list[np.ndarray]:
+        rng = np.random.default_rng(zlib.crc32(self.id.encode()))
+        if self.positive:
+            return [rng.uniform(0.5, 2.0, size=s) for s in self.shapes]
+        # keep away from 0 so relu/max/abs kinks are far from the finite-difference probes
+        out = []
+        for s in self.shapes:
+            x = rng.standard_normal(size=s)
+            out.append(np.where(np.abs(x) < 0.1, x + np.sign(x) * 0.2 + 0.1, x))
+        return out
+
+
+def np_logsumexp(a, axis=None):
+    m = np.max(a, axis=axis, keepdims=True)
+    return np.squeeze(np.log(np.sum(np.exp(a - m), axis=axis, keepdims=True)) + m, axis=axis)
+
+
+def np_dilate(a, axes, d):
+    for ax in axes:
+        shape = list(a.shape)
+        shape[ax] *= d + 1
+        out = np.zeros(shape)
+        idx = [slice(None)] * a.ndim
+        idx[ax] = slice(None, None, d + 1)
+        out[tuple(idx)] = a
+        a = out
+    return a
+
+
+CASES = [
+    # elementwise, with tensors and with scalars
+    Case("add", lambda a, b: a + b, np.add, [(3, 4), (3, 4)]),
+    Case("add_bcast_row", lambda a, b: a + b, np.add, [(3, 4), (4,)]),
+    Case("add_bcast_both", ndl.add, np.add, [(2, 1, 4), (3, 1)]),
+    Case("add_scalar", lambda a: a + 2.5, lambda a: a + 2.5, [(3, 4)]),
+    Case("radd_scalar", lambda a: 2.5 + a, lambda a: 2.5 + a, [(3, 4)]),
+    Case("sub", lambda a, b: a - b, np.subtract, [(3, 4), (3, 1)]),
+    Case("rsub_scalar", lambda a: 1.5 - a, lambda a: 1.5 - a, [(3, 4)]),
+    Case("multiply", ndl.multiply, np.multiply, [(3, 4), (3, 4)]),
+    Case("multiply_bcast", lambda a, b: a * b, np.multiply, [(2, 3, 4), (1, 4)]),
+    Case("mul_scalar", lambda a: a * -3.0, lambda a: a * -3.0, [(3, 4)]),
+    Case("divide", ndl.divide, np.divide, [(3, 4), (3, 4)], positive=True),
+    Case("divide_bcast", lambda a, b: a / b, np.divide, [(3, 4), (4,)], positive=True),
+    Case("divide_scalar", lambda a: a / 4.0, lambda a: a / 4.0, [(3, 4)]),
+    Case("rdiv_scalar", lambda a: 2.0 / a, lambda a: 2.0 / a, [(3, 4)], positive=True),
+    Case("power", ndl.power, np.power, [(3, 4), (3, 4)], positive=True),
+    Case("power_bcast", lambda a, b: a**b, np.power, [(3, 4), (4,)], positive=True),
+    Case("power_scalar", lambda a: a**3, lambda a: a**3, [(3, 4)]),
+    Case("power_scalar_neg", lambda a: ndl.power_scalar(a, -2), lambda a: a**-2.0, [(3, 4)],
+         positive=True),
+    Case("power_scalar_frac", lambda a: a**0.5, np.sqrt, [(3, 4)], positive=True),
+    Case("rpow_scalar", lambda a: 2.0**a, lambda a: 2.0**a, [(3, 4)]),
+    Case("negate", ndl.negate, np.negative, [(3, 4)]),
+    Case("log", ndl.log, np.log, [(3, 4)], positive=True),
+    Case("exp", ndl.exp, np.exp, [(3, 4)]),
+    Case("relu", ndl.relu, lambda a: np.maximum(a, 0), [(3, 4)]),
+    Case("tanh", ndl.tanh, np.tanh, [(3, 4)]),
+    Case("sigmoid", ndl.sigmoid, lambda a: 1 / (1 + np.exp(-a)), [(3, 4)]),
+    # movement
+    Case("reshape", lambda a: ndl.reshape(a, (2, 6)), lambda a: a.reshape(2, 6), [(3, 4)]),
+    Case("reshape_infer", lambda a: a.reshape((-1, 3)), lambda a: a.reshape(-1, 3),
+         [(2, 3, 2)]),
+    Case("broadcast_to", lambda a: ndl.broadcast_to(a, (2, 3, 4)),
+         lambda a: np.broadcast_to(a, (2, 3, 4)), [(3, 1)]),
+    Case("broadcast_to_row", lambda a: a.broadcast_to((3, 4)),
+         lambda a: np.broadcast_to(a, (3, 4)), [(4,)]),
+    Case("transpose", ndl.transpose, lambda a: np.swapaxes(a, -1, -2), [(2, 3, 4)]),
+    Case("transpose_axes", lambda a: ndl.transpose(a, (0, 2)),
+         lambda a: np.swapaxes(a, 0, 2), [(2, 3, 4)]),
+    Case("transpose_neg_axes", lambda a: a.transpose((-1, -3)),
+         lambda a: np.swapaxes(a, -1, -3), [(2, 3, 4)]),
+    Case("permute", lambda a: ndl.permute(a, (2, 0, 1)),
+         lambda a: np.transpose(a, (2, 0, 1)), [(2, 3, 4)]),
+    Case("flip", lambda a: ndl.flip(a, (0, 2)), lambda a: np.flip(a, (0, 2)), [(2, 3, 4)]),
+    Case("dilate", lambda a: ndl.dilate(a, (0, 2), 2), lambda a: np_dilate(a, (0, 2), 2),
+         [(2, 3, 2)]),
+    Case("undilate", lambda a: ndl.undilate(a, (1,), 1), lambda a: a[:, ::2], [(2, 6)]),
+    Case("getitem_int", lambda a: a[1], lambda a: a[1], [(3, 4)]),
+    Case("getitem_slices", lambda a: a[1:, ::2], lambda a: a[1:, ::2], [(3, 5)]),
+    Case("getitem_mixed", lambda a: a[-1, ..., 1:3], lambda a: a[-1, ..., 1:3],
+         [(2, 3, 4)]),
+    # reductions
+    Case("sum_all", ndl.summation, np.sum, [(3, 4)]),
+    Case("sum_axis", lambda a: ndl.summation(a, 1), lambda a: np.sum(a, 1), [(3, 4)]),
+    Case("sum_neg_axis", lambda a: a.sum(-1), lambda a: np.sum(a, -1), [(2, 3, 4)]),
+    Case("sum_tuple", lambda a: a.sum((0, 2)), lambda a: np.sum(a, (0, 2)), [(2, 3, 4)]),
+    Case("max_all", ndl.max, np.max, [(3, 4)]),
+    Case("max_axis", lambda a: ndl.max(a, 1), lambda a: np.max(a, 1), [(3, 4)]),
+    Case("max_tuple_keepdims", lambda a: ndl.max(a, (0, 2), keepdims=True),
+         lambda a: np.max(a, (0, 2), keepdims=True), [(2, 3, 4)]),
+    Case("logsumexp_all", ndl.logsumexp, np_logsumexp, [(3, 4)]),
+    Case("logsumexp_axis", lambda a: ndl.logsumexp(a, 1), lambda a: np_logsumexp(a, 1),
+         [(3, 4)]),
+    Case("logsumexp_tuple", lambda a: ndl.logsumexp(a, (0, 2)),
+         lambda a: np_logsumexp(a, (0, 2)), [(2, 3, 4)]),
+    Case("logsumexp_neg", lambda a: ndl.logsumexp(a, (-1,)), lambda a: np_logsumexp(a, -1),
+         [(2, 3, 4)]),
+    Case("logsoftmax", ndl.logsoftmax,
+         lambda a: a - np_logsumexp(a, -1)[..., None], [(3, 5)]),
+    # matmul, batched with broadcasting
+    Case("matmul", ndl.matmul, np.matmul, [(5, 4), (4, 3)]),
+    Case("matmul_batch_left", lambda a, b: a @ b, np.matmul, [(6, 6, 5, 4), (4, 3)]),
+    Case("matmul_batch_right", lambda a, b: a @ b, np.matmul, [(5, 4), (6, 6, 4, 3)]),
+    Case("matmul_batch_both", lambda a, b: a @ b, np.matmul, [(3, 3, 2), (3, 2, 3)]),
+    Case("matmul_batch_bcast", lambda a, b: a @ b, np.matmul, [(2, 1, 3, 2), (4, 2, 3)]),
+    Case("matmul_vec", lambda a, b: a @ b, np.matmul, [(4,), (4, 3)]),
+    Case("matmul_matvec", lambda a, b: a.matmul(b), np.matmul, [(3, 4), (4,)]),
+    # tuples
+    Case("stack", lambda a, b, c: ndl.stack([a, b, c], 1), lambda *x: np.stack(x, 1),
+         [(3, 4)] * 3),
+    Case("split", lambda a: ndl.split(a, 1)[2] * ndl.split(a, 1)[0],
+         lambda a: a[:, 2] * a[:, 0], [(3, 4, 2)]),
+    Case("split_stack", lambda a: ndl.stack(list(ndl.split(a, 0))[::-1], 2),
+         lambda a: np.stack(list(a)[::-1], 2), [(3, 2, 2)]),
+    Case("fused_add_scalars", lambda a: ndl.fused_add_scalars(a, 1.0, 2.0)[0]
+         * ndl.fused_add_scalars(a, 1.0, 2.0)[1], lambda a: (a + 1) * (a + 2), [(3, 4)]),
+    Case("make_tuple", lambda a, b: ndl.make_tuple(a, b)[1] - ndl.make_tuple(a, b)[0],
+         lambda a, b: b - a, [(3, 4), (3, 4)]),
+]
+
+
+def rtol_for(device) -> float:
+    return 1e-7 if device.kind != "cuda" else 1e-6
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_forward_matches_numpy(case: Case, device):
+    xs = case.inputs()
+    out = case.fn(*[ndl.Tensor(x, device=device, dtype="float64") for x in xs])
+    assert out.device == device
+    np.testing.assert_allclose(out.numpy(), case.ref(*xs), rtol=rtol_for(device), atol=1e-12)
+    assert out.shape == np.shape(case.ref(*xs))
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_gradient_matches_finite_differences(case: Case, device):
+    check_gradients(case.fn, *case.inputs(), device=device)
+
+
+def test_logsumexp_is_exact_for_huge_inputs(device):
+    x = np.array([[1e10, 1e10 - 1.0, -1e10], [-1e10, -1e10 + 2.0, -1e10]])
+    out = ndl.logsumexp(ndl.Tensor(x, device=device), axes=1).numpy()
+    expected = [1e10 + np.log1p(np.exp(-1.0)), -1e10 + 2.0 + np.log1p(2 * np.exp(-2.0))]
+    np.testing.assert_allclose(out, expected, rtol=1e-15)
+    assert np.all(np.isfinite(out))
+
+
+def test_logsumexp_of_all_minus_inf_is_minus_inf(device):
+    x = np.array([[-np.inf, -np.inf], [0.0, -np.inf]])
+    out = ndl.logsumexp(ndl.Tensor(x, device=device), axes=(1,)).numpy()
+    assert out[0] == -np.inf and not np.isnan(out[0])
+    assert out[1] == 0.0
+
+
+def test_max_gradient_shared_by_ties(device):
+    x = ndl.Tensor([[1.0, 3.0, 3.0], [2.0, 0.0, 1.0]], device=device)
+    ndl.max(x, axes=1).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [[0, 0.5, 0.5], [1, 0, 0]])
+
+
+def test_dilate_inserts_zeros_after_every_element(device):
+    x = ndl.Tensor([[1.0, 2.0], [3.0, 4.0]], device=device)
+    np.testing.assert_array_equal(
+        ndl.dilate(x, (1,), 1).numpy(), [[1, 0, 2, 0], [3, 0, 4, 0]]
+    )
+    np.testing.assert_array_equal(ndl.undilate(ndl.dilate(x, (0, 1), 2), (0, 1), 2).numpy(),
+                                  x.numpy())
+
+
+def test_fused_add_scalars_returns_a_tuple(device):
+    x = ndl.Tensor([1.0, 2.0], device=device)
+    out = ndl.fused_add_scalars(x, 1.0, 10.0)
+    assert isinstance(out, ndl.TensorTuple) and len(out) == 2
+    np.testing.assert_array_equal(out[0].numpy(), [2, 3])
+    np.testing.assert_array_equal(out[1].numpy(), [11, 12])
+
+
+def test_sigmoid_does_not_overflow(device):
+    x = ndl.Tensor([-1000.0, 0.0, 1000.0], device=device, dtype="float32")
+    np.testing.assert_allclose(ndl.sigmoid(x).numpy(), [0.0, 0.5, 1.0])
+
+
+def test_float32_stays_float32(device):
+    x = ndl.Tensor(np.ones((2, 3)), device=device, dtype="float32")
+    for y in (x + 1.5, x * 2, x / 3, x**2, -x, ndl.exp(x), x.sum(), ndl.logsumexp(x, 1),
+              x @ ndl.transpose(x), ndl.relu(x), ndl.sigmoid(x)):
+        assert y.dtype == "float32", y.op
