@@ -81,15 +81,16 @@ class Device:
         for name in DTYPE_NAMES:
             native = getattr(self._xp, name, None)
             if native is not None:
-                self._dtypes[name] = native
-                self._dtypes[native] = native
+                self._dtypes[(str, name)] = native
+                self._dtypes[(type(native), native)] = native
 
     def dtype(self, spec: Any) -> Any:
         """The native dtype for `spec`: a name ("float32"), a numpy type or dtype, or native."""
         if spec is None:
             return None
+        key = (type(spec), spec)  # typed key: strict dtypes must not be compared with numpy's
         try:
-            return self._dtypes[spec]
+            return self._dtypes[key]
         except (KeyError, TypeError):
             pass
         self._require()
@@ -97,11 +98,11 @@ class Device:
             name = np.dtype(spec).name
         except TypeError:
             name = getattr(spec, "name", str(spec))
-        if name not in self._dtypes:
+        native = self._dtypes.get((str, name))
+        if native is None:
             raise TypeError(f"dtype {spec!r} is not supported on {self}")
-        native = self._dtypes[name]
         try:
-            self._dtypes[spec] = native
+            self._dtypes[key] = native
         except TypeError:  # unhashable spec
             pass
         return native
@@ -166,11 +167,13 @@ class Device:
         xp = self.xp  # raises RuntimeError with the reason when the device is unavailable
         dt = self.dtype(dtype)
         if self.owns(obj):
-            out = xp.asarray(obj, copy=True)
-        else:
-            out = self.from_numpy(host_array(obj))
-        if dt is not None and out.dtype != dt:
-            out = xp.astype(out, dt)
+            if dt is None or obj.dtype == dt:
+                return xp.asarray(obj, copy=True)
+            return xp.astype(obj, dt)  # a copy
+        host = host_array(obj)
+        if dt is not None:  # cast on the host, so the data is copied once
+            host = host.astype(self.public_dtype(dt), copy=False)
+        out = self.from_numpy(host)
         return out
 
 

@@ -39,8 +39,7 @@ class StrictDevice(Device):
     def _build_dtype_table(self) -> None:
         super()._build_dtype_table()
         self._public = {
-            native: np.dtype(name) for name, native in self._dtypes.items()
-            if isinstance(name, str)
+            native: np.dtype(key[1]) for key, native in self._dtypes.items() if key[0] is str
         }
 
     def public_dtype(self, native: Any) -> np.dtype:

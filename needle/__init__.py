@@ -1,11 +1,27 @@
 """needle: the Deep Learning Systems course framework, written once against the array API."""
 
-from . import autograd, backends, init, ops
+from . import autograd, backends, data, init, nn, ops, optim
 from .autograd import (
-    Op, Tensor, TensorOp, TensorTuple, TensorTupleOp, Value, is_grad_enabled, no_grad,
+    Op,
+    Tensor,
+    TensorOp,
+    TensorTuple,
+    TensorTupleOp,
+    Value,
+    is_grad_enabled,
+    no_grad,
 )
 from .backends import Device, all_devices, cpu, cpu_numpy, cuda, default_device, strict
+from .backends.checkpoint import load, save
 from .init import ones, ones_like, zeros, zeros_like
 from .ops import *  # noqa: F403
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "autograd", "backends", "data", "init", "nn", "ops", "optim",
+    "Op", "Tensor", "TensorOp", "TensorTuple", "TensorTupleOp", "Value", "is_grad_enabled",
+    "no_grad", "Device", "all_devices", "cpu", "cpu_numpy", "cuda", "default_device", "strict",
+    "load", "save", "ones", "ones_like", "zeros", "zeros_like",
+]
+__all__ += ops.__all__

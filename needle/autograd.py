@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Iterable
 
 from .backends import Device, default_device, device_of
@@ -87,7 +88,7 @@ class TensorTupleOp(Op):
 class Value:
     """A node of the computational graph: an op, its inputs and the cached result."""
 
-    __slots__ = ("op", "inputs", "cached_data", "requires_grad", "device", "grad",
+    __slots__ = ("op", "inputs", "cached_data", "requires_grad", "device", "_grad",
                  "__weakref__")
 
     op: Op | None
@@ -104,6 +105,18 @@ class Value:
                 if node.cached_data is None:
                     node.cached_data = node.op.compute(*[x.cached_data for x in node.inputs])
         return self.cached_data
+
+    @property
+    def grad(self) -> Value | None:
+        """The adjoint set by the last backward() through this value (None before)."""
+        grad = self._grad
+        if grad.__class__ is weakref.ref:
+            return grad()
+        return grad
+
+    @grad.setter
+    def grad(self, value: Value | None) -> None:
+        self._grad = value
 
     def is_leaf(self) -> bool:
         """True for values not produced by an op."""
@@ -143,7 +156,7 @@ class Value:
         self.cached_data = cached_data
         self.requires_grad = requires_grad
         self.device = device
-        self.grad = None
+        self._grad = None
 
     @classmethod
     def make_const(cls, data: Any, requires_grad: bool = False, *, device: Device | None = None):
@@ -175,7 +188,7 @@ class Value:
         value.inputs = inputs
         value.requires_grad = requires_grad
         value.device = device
-        value.grad = None
+        value._grad = None
         if LAZY_MODE:
             value.cached_data = None
             return value
@@ -350,15 +363,15 @@ class Tensor(Value):
     # ----- operators: Tensor operands use the EWise ops, Python numbers the scalar ops ------
     def __add__(self, other: Any) -> Tensor:
         if isinstance(other, Tensor):
-            return _ops.EWiseAdd()(self, other)
-        return _ops.AddScalar(other)(self)
+            return _make(_ops.EWiseAdd(), (self, other))
+        return _make(_ops.AddScalar(other), (self,))
 
     __radd__ = __add__
 
     def __mul__(self, other: Any) -> Tensor:
         if isinstance(other, Tensor):
-            return _ops.EWiseMul()(self, other)
-        return _ops.MulScalar(other)(self)
+            return _make(_ops.EWiseMul(), (self, other))
+        return _make(_ops.MulScalar(other), (self,))
 
     __rmul__ = __mul__
 
@@ -372,23 +385,23 @@ class Tensor(Value):
 
     def __truediv__(self, other: Any) -> Tensor:
         if isinstance(other, Tensor):
-            return _ops.EWiseDiv()(self, other)
-        return _ops.DivScalar(other)(self)
+            return _make(_ops.EWiseDiv(), (self, other))
+        return _make(_ops.DivScalar(other), (self,))
 
     def __rtruediv__(self, other: Any) -> Tensor:
         return _ops.MulScalar(other)(_ops.PowerScalar(-1)(self))
 
     def __pow__(self, other: Any) -> Tensor:
         if isinstance(other, Tensor):
-            return _ops.EWisePow()(self, other)
-        return _ops.PowerScalar(other)(self)
+            return _make(_ops.EWisePow(), (self, other))
+        return _make(_ops.PowerScalar(other), (self,))
 
     def __rpow__(self, other: Any) -> Tensor:
         # c ** x = exp(x * log c)
         return _ops.exp(_ops.MulScalar(_ops.math_log(other))(self))
 
     def __neg__(self) -> Tensor:
-        return _ops.Negate()(self)
+        return _make(_ops.Negate(), (self,))
 
     def __matmul__(self, other: Tensor) -> Tensor:
         return _ops.matmul(self, other)
@@ -430,6 +443,9 @@ class Tensor(Value):
         return _ops.ReLU()(self)
 
 
+_make = Tensor.make_from_op
+
+
 def find_topo_sort(node_list: Iterable[Value]) -> list[Value]:
     """Post-order depth-first walk over `inputs`, left to right; iterative, so deep graphs work."""
     order: list[Value] = []
@@ -459,26 +475,39 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
     """Reverse-mode AD: walk the graph backwards, summing partial adjoints into `.grad`.
 
     A partial adjoint that arrives with a broadcast shape is summed back to its input's
-    shape here, once, for every op.
+    shape here, once, for every op. The partials of a node are summed by one AddN node.
     """
-    grads: dict[Value, Value] = {output_tensor: out_grad}
+    partials_of: dict[Value, list[Value]] = {output_tensor: [out_grad]}
     for node in reversed(find_topo_sort([output_tensor])):
-        grad = grads.pop(node, None)
-        if grad is None:
+        partials = partials_of.pop(node, None)
+        if partials is None:
             continue
-        node.grad = grad
+        if len(partials) == 1:
+            grad = partials[0]
+        elif isinstance(node, Tensor):
+            grad = _ops.AddN()(*partials)
+        else:  # TensorTuple adjoints add elementwise
+            grad = partials[0]
+            for partial in partials[1:]:
+                grad = grad + partial
         if node.op is None:
+            node._grad = grad
             continue
-        partials = node.op.gradient_as_tuple(grad, node)
-        for inp, partial in zip(node.inputs, partials):
+        # An intermediate node holds a recorded adjoint weakly: that adjoint's graph refers
+        # back to the node, and a strong reference would make a cycle only gc could free.
+        # The adjoint stays alive while the leaves' gradients (which are built on it) are.
+        node._grad = weakref.ref(grad) if grad.op is not None else grad
+        for inp, partial in zip(node.inputs, node.op.gradient_as_tuple(grad, node)):
             if partial is None or not inp.requires_grad:
                 continue
             if isinstance(inp, Tensor):
                 shape = inp.realize_cached_data().shape
                 if partial.realize_cached_data().shape != shape:
                     partial = _ops.sum_to_shape(partial, tuple(shape))
-            previous = grads.get(inp)
-            grads[inp] = partial if previous is None else previous + partial
+            if inp in partials_of:
+                partials_of[inp].append(partial)
+            else:
+                partials_of[inp] = [partial]
 
 
 from . import ops as _ops  # noqa: E402  (ops imports this module; bound after Tensor exists)

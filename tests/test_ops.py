@@ -134,8 +134,12 @@ CASES = [
          [(3, 4)] * 3),
     Case("split", lambda a: ndl.split(a, 1)[2] * ndl.split(a, 1)[0],
          lambda a: a[:, 2] * a[:, 0], [(3, 4, 2)]),
+    Case("split_reused", lambda a: (lambda t: t[2] * t[0] + t[0])(ndl.split(a, 1)),
+         lambda a: a[:, 2] * a[:, 0] + a[:, 0], [(3, 4, 2)]),
     Case("split_stack", lambda a: ndl.stack(list(ndl.split(a, 0))[::-1], 2),
          lambda a: np.stack(list(a)[::-1], 2), [(3, 2, 2)]),
+    Case("add_n", lambda a, b, c: ndl.add_n(a, b, c), lambda a, b, c: a + b + c,
+         [(3, 4)] * 3),
     Case("fused_add_scalars", lambda a: ndl.fused_add_scalars(a, 1.0, 2.0)[0]
          * ndl.fused_add_scalars(a, 1.0, 2.0)[1], lambda a: (a + 1) * (a + 2), [(3, 4)]),
     Case("make_tuple", lambda a, b: ndl.make_tuple(a, b)[1] - ndl.make_tuple(a, b)[0],

@@ -1,1 +1,11 @@
-"""needle.nn (work in progress)."""
+"""needle.nn: Parameter, Module and the layers, normalisations and losses built on them."""
+
+from .layers import Dropout, Flatten, Identity, Linear, ReLU, Residual, Sequential, Sigmoid, Tanh
+from .loss import SoftmaxLoss
+from .module import Module, Parameter
+from .norm import BatchNorm1d, BatchNorm2d, LayerNorm1d
+
+__all__ = [
+    "Module", "Parameter", "Identity", "Flatten", "ReLU", "Tanh", "Sigmoid", "Sequential",
+    "Residual", "Linear", "Dropout", "BatchNorm1d", "BatchNorm2d", "LayerNorm1d", "SoftmaxLoss",
+]

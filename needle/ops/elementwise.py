@@ -61,6 +61,26 @@ def add(a: Tensor, b: Tensor) -> Tensor:
     return EWiseAdd()(a, b)
 
 
+class AddN(TensorOp):
+    """a0 + a1 + ... in one node (the engine sums partial adjoints with it)."""
+
+    def compute(self, *arrays):
+        out = arrays[0]
+        for a in arrays[1:]:
+            if a.shape != out.shape:
+                broadcast_shapes("add_n", out.shape, a.shape)
+            out = out + a
+        return out
+
+    def gradient(self, out_grad, node):
+        return (out_grad,) * len(node.inputs)
+
+
+def add_n(*tensors: Tensor) -> Tensor:
+    """The sum of any number of tensors, as one node."""
+    return tensors[0] if len(tensors) == 1 else AddN()(*tensors)
+
+
 class AddScalar(TensorOp):
     """a + scalar."""
 

@@ -151,7 +151,7 @@ class Dilate(TensorOp):
         for ax in _check_axes("dilate", self.axes, a.ndim):
             if d == 0:
                 break
-            # (..., n, ...) -> (..., n, d+1, ...) with zeros after each element -> (..., n*(d+1), ...)
+            # (.., n, ..) -> (.., n, d+1, ..), zeros after each element -> (.., n*(d+1), ..)
             z = xp.zeros_like(a)
             a = xp.stack([a] + [z] * d, axis=ax + 1)
             shape = list(a.shape)

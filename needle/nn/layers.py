@@ -1,0 +1,155 @@
+"""Basic layers: Identity, Flatten, activations, Sequential, Residual, Linear, Dropout."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .. import init, ops
+from ..autograd import Tensor
+from ..backends import Device
+from .module import Module, Parameter
+
+
+class Identity(Module):
+    """Returns its input unchanged."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x."""
+        return x
+
+
+class Flatten(Module):
+    """(N, d1, d2, ...) -> (N, d1 * d2 * ...)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x reshaped to (N, prod of the other dimensions)."""
+        shape = x.shape
+        if len(shape) < 1:
+            raise ValueError(f"Flatten expects at least 1 dimension (N, ...), found shape {shape}")
+        return ops.reshape(x, (shape[0], math.prod(shape[1:])))
+
+
+class ReLU(Module):
+    """max(x, 0), elementwise."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        """relu(x)."""
+        return ops.relu(x)
+
+
+class Tanh(Module):
+    """tanh(x), elementwise."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        """tanh(x)."""
+        return ops.tanh(x)
+
+
+class Sigmoid(Module):
+    """1 / (1 + e^-x), elementwise."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        """sigmoid(x)."""
+        return ops.sigmoid(x)
+
+
+class Sequential(Module):
+    """Applies its modules one after another; `.modules` is the list of them."""
+
+    def __init__(self, *modules: Module):
+        super().__init__()
+        for i, m in enumerate(modules):
+            if not isinstance(m, Module):
+                raise TypeError(f"Sequential: argument {i} must be a Module, found "
+                                f"{type(m).__name__}")
+        self.modules = list(modules)
+
+    def forward(self, x: Any) -> Any:
+        """The modules applied in order."""
+        for module in self.modules:
+            x = module(x)
+        return x
+
+    def __getitem__(self, index: int) -> Module:
+        return self.modules[index]
+
+    def __len__(self) -> int:
+        return len(self.modules)
+
+    def __iter__(self):
+        return iter(self.modules)
+
+    def _repr_name(self, name: str) -> str:
+        return name.removeprefix("modules.")
+
+
+class Residual(Module):
+    """fn(x) + x."""
+
+    def __init__(self, fn: Module):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x: Tensor) -> Tensor:
+        """fn(x) + x."""
+        return self.fn(x) + x
+
+
+class Linear(Module):
+    """y = x @ weight + bias, with weight (in_features, out_features), over any leading dims."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True,
+                 device: Device | None = None, dtype: str = "float32"):
+        super().__init__()
+        self.in_features = in_features
+        self.out_features = out_features
+        # the course's order: weight drawn first, then bias (with fan_in = out_features)
+        self.weight = Parameter(init.kaiming_uniform(in_features, out_features,
+                                                     device=device, dtype=dtype))
+        if bias:
+            b = init.kaiming_uniform(out_features, 1, device=device, dtype=dtype)
+            self.bias = Parameter(ops.reshape(b, (1, out_features)))
+        else:
+            self.bias = None
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x @ weight + bias; the bias broadcasts over the leading dimensions."""
+        found = x.shape[-1] if x.ndim else None
+        if found != self.in_features:
+            raise ValueError(f"Linear: expected input with {self.in_features} features "
+                             f"(last dimension), found {found} (input shape {x.shape})")
+        out = x @ self.weight
+        if self.bias is not None:
+            out = out + self.bias
+        return out
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}")
+
+
+class Dropout(Module):
+    """Zeroes each entry with probability p in training (scaling the rest by 1/(1-p))."""
+
+    def __init__(self, p: float = 0.5):
+        super().__init__()
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"Dropout: p must be in [0, 1), found {p}")
+        self.p = float(p)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x * mask / (1 - p) with mask = rand < 1 - p in training; x in eval."""
+        if not self.training:
+            return x
+        device = x.device
+        xp = device.xp
+        keep = 1.0 - self.p
+        data = x.realize_cached_data()
+        draws = device.rand(*x.shape)  # one float64 draw per entry, numpy's global state
+        # the mask and the scale fused into one constant, so the graph gets one multiply
+        scale = xp.astype(draws < keep, data.dtype) / keep
+        return x * Tensor.make_const(scale, device=device)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"

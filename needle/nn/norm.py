@@ -1,0 +1,100 @@
+"""Normalisation layers: BatchNorm1d, BatchNorm2d (NCHW) and LayerNorm1d."""
+
+from __future__ import annotations
+
+from .. import init, ops
+from ..autograd import Tensor
+from ..backends import Device
+from .module import Module, Parameter
+
+
+class BatchNorm1d(Module):
+    """Normalise each feature of (N, dim) over the batch; running statistics for eval."""
+
+    def __init__(self, dim: int, eps: float = 1e-5, momentum: float = 0.1,
+                 device: Device | None = None, dtype: str = "float32"):
+        super().__init__()
+        self.dim = dim
+        self.eps = eps
+        self.momentum = momentum
+        self.weight = Parameter(init.ones(dim, device=device, dtype=dtype))
+        self.bias = Parameter(init.zeros(dim, device=device, dtype=dtype))
+        # buffers: Tensors, not Parameters (saved in state_dict, never optimised)
+        self.running_mean = init.zeros(dim, device=device, dtype=dtype)
+        self.running_var = init.ones(dim, device=device, dtype=dtype)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(x - mean) / sqrt(var + eps) * weight + bias, with batch or running statistics."""
+        if x.ndim != 2 or x.shape[1] != self.dim:
+            raise ValueError(f"{type(self).__name__}: expected input of shape (N, {self.dim}), "
+                             f"found {x.shape}")
+        return self._normalize(x)
+
+    def _normalize(self, x: Tensor) -> Tensor:
+        """The normalisation of a checked (N, dim) input."""
+        if not self.training:
+            # the running statistics are constants: fold them into one scale
+            inv_std = (self.running_var.realize_cached_data() + self.eps) ** -0.5
+            inv_std = Tensor.make_const(inv_std, device=x.device)
+            return (x - self.running_mean) * (self.weight * inv_std) + self.bias
+        n = x.shape[0]
+        mean = x.sum((0,)) / n
+        centered = x - mean
+        var = (centered * centered).sum((0,)) / n  # biased, as in the course and PyTorch
+        self._update_running(mean, var)
+        return centered * (self.weight * (var + self.eps) ** -0.5) + self.bias
+
+    def _update_running(self, mean: Tensor, var: Tensor) -> None:
+        """running = (1 - m) running + m batch, on raw arrays: no graph is recorded."""
+        m = self.momentum
+        for buf, batch in ((self.running_mean, mean), (self.running_var, var)):
+            old = buf.realize_cached_data()
+            new = old * (1.0 - m) + batch.realize_cached_data() * m
+            if new.dtype != old.dtype:
+                new = buf.device.xp.astype(new, old.dtype)
+            buf.cached_data = new
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, eps={self.eps}, momentum={self.momentum}"
+
+
+class BatchNorm2d(BatchNorm1d):
+    """BatchNorm over the channels of NCHW input: statistics over N, H and W."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Permute NCHW to (N*H*W, C), apply BatchNorm1d, and permute back."""
+        if x.ndim != 4 or x.shape[1] != self.dim:
+            raise ValueError(f"BatchNorm2d: expected input of shape (N, {self.dim}, H, W), "
+                             f"found {x.shape}")
+        n, c, h, w = x.shape
+        flat = ops.reshape(ops.permute(x, (0, 2, 3, 1)), (n * h * w, c))
+        out = self._normalize(flat)
+        return ops.permute(ops.reshape(out, (n, h, w, c)), (0, 3, 1, 2))
+
+
+class LayerNorm1d(Module):
+    """Normalise over the last axis (biased variance), then scale and shift."""
+
+    def __init__(self, dim: int, eps: float = 1e-5, device: Device | None = None,
+                 dtype: str = "float32"):
+        super().__init__()
+        self.dim = dim
+        self.eps = eps
+        self.weight = Parameter(init.ones(dim, device=device, dtype=dtype))
+        self.bias = Parameter(init.zeros(dim, device=device, dtype=dtype))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(x - mean) / sqrt(var + eps) * weight + bias over the last axis."""
+        shape = x.shape
+        if not shape or shape[-1] != self.dim:
+            raise ValueError(f"LayerNorm1d: expected input of shape (..., {self.dim}), "
+                             f"found {shape}")
+        keep = shape[:-1] + (1,)
+        axis = (len(shape) - 1,)
+        mean = ops.reshape(x.sum(axis) / self.dim, keep)
+        centered = x - mean
+        var = ops.reshape((centered * centered).sum(axis) / self.dim, keep)
+        return centered * (var + self.eps) ** -0.5 * self.weight + self.bias
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, eps={self.eps}"

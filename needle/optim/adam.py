@@ -1,0 +1,50 @@
+"""Adam with bias correction and (L2) weight decay."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+from ..autograd import Tensor
+from ..backends import namespace
+from .optimizer import Optimizer, check_range
+
+
+class Adam(Optimizer):
+    """g = grad + wd p; m, v = moving averages of g and g^2; p -= lr m^ / (sqrt(v^) + eps).
+
+    m^ = m / (1 - beta1^t) and v^ = v / (1 - beta2^t), where t counts step() calls.
+    """
+
+    hyperparameters = ("lr", "beta1", "beta2", "eps", "weight_decay")
+    state_names = ("m", "v")
+
+    def __init__(self, params: Iterable[Tensor], lr: float = 0.01, beta1: float = 0.9,
+                 beta2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.0):
+        super().__init__(params)
+        self.lr = self._check("lr", lr)
+        self.beta1 = self._check("beta1", beta1)
+        self.beta2 = self._check("beta2", beta2)
+        self.eps = self._check("eps", eps)
+        self.weight_decay = self._check("weight_decay", weight_decay)
+
+    def _check(self, name: str, value: Any) -> float:
+        if name in ("beta1", "beta2"):
+            return check_range("Adam", name, value, 0.0, 1.0)
+        return check_range("Adam", name, value, 0.0)
+
+    def _update(self, i: int, param: Any, grad: Any) -> Any:
+        b1, b2 = self.beta1, self.beta2
+        g = grad if self.weight_decay == 0 else grad + self.weight_decay * param
+        state = self.state.setdefault(i, {})
+        m, v = state.get("m"), state.get("v")
+        # the moments start at 0, where b m + (1 - b) g is exactly (1 - b) g
+        m = (1 - b1) * g if m is None else b1 * m + (1 - b1) * g
+        v = (1 - b2) * (g * g) if v is None else b2 * v + (1 - b2) * (g * g)
+        state["m"], state["v"] = m, v
+        # lr m^ / (sqrt(v^) + eps) = (lr sqrt(c2) / c1) m / (sqrt(v) + eps sqrt(c2)),
+        # with c = 1 - beta^t: the same quantity in five whole-array passes instead of eight
+        c1, c2 = 1 - b1**self.t, math.sqrt(1 - b2**self.t)
+        xp = namespace(param)
+        return param - (self.lr * c2 / c1) * m / (xp.sqrt(v) + self.eps * c2)
+

@@ -1,0 +1,38 @@
+"""Stochastic gradient descent with the course's momentum convention and weight decay."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from ..autograd import Tensor
+from .optimizer import Optimizer, check_range
+
+
+class SGD(Optimizer):
+    """g = grad + wd p;  u = momentum u + (1 - momentum) g  (u starts at 0);  p -= lr u."""
+
+    hyperparameters = ("lr", "momentum", "weight_decay")
+    state_names = ("u",)
+
+    def __init__(self, params: Iterable[Tensor], lr: float = 0.01, momentum: float = 0.0,
+                 weight_decay: float = 0.0):
+        super().__init__(params)
+        self.lr = self._check("lr", lr)
+        self.momentum = self._check("momentum", momentum)
+        self.weight_decay = self._check("weight_decay", weight_decay)
+
+    def _check(self, name: str, value: Any) -> float:
+        if name == "momentum":
+            return check_range("SGD", name, value, 0.0, 1.0)
+        return check_range("SGD", name, value, 0.0)
+
+    def _update(self, i: int, param: Any, grad: Any) -> Any:
+        g = grad if self.weight_decay == 0 else grad + self.weight_decay * param
+        if self.momentum != 0:
+            state = self.state.setdefault(i, {})
+            u = state.get("u")
+            # u starts at 0, where momentum * 0 + (1 - momentum) g is exactly (1 - momentum) g
+            m = self.momentum
+            g = (1 - m) * g if u is None else m * u + (1 - m) * g
+            state["u"] = g
+        return param - self.lr * g

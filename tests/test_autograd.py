@@ -1,0 +1,342 @@
+"""The Tensor and the autograd engine: construction, graph structure, backward, memory."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import needle as ndl
+from needle import autograd
+from needle.testing import check_gradients
+
+# ----- construction and members ---------------------------------------------------------
+
+
+def test_dtype_is_kept_when_not_given(device):
+    assert ndl.Tensor(np.ones(3), device=device).dtype == "float64"
+    assert ndl.Tensor(np.ones(3, dtype=np.float32), device=device).dtype == "float32"
+    assert ndl.Tensor([1, 2, 3], device=device).dtype == np.asarray([1, 2, 3]).dtype
+    assert ndl.Tensor([1.0, 2.0], device=device).dtype == "float64"
+
+
+def test_dtype_accepts_names_and_numpy_types(device):
+    for spec in ("float32", np.float32, np.dtype("float32")):
+        t = ndl.Tensor([1, 2], device=device, dtype=spec)
+        assert t.dtype == "float32" and t.dtype == np.float32
+        assert t.numpy().dtype == np.float32
+
+
+def test_noncontiguous_numpy_view(device):
+    base = np.arange(24.0).reshape(4, 6)
+    view = base[::2, 1::2].T
+    t = ndl.Tensor(view, device=device)
+    np.testing.assert_array_equal(t.numpy(), view)
+    base[0, 1] = -1.0  # the tensor holds a copy
+    assert t.numpy()[0, 0] == 1.0
+
+
+def test_tensor_from_tensor_copies_to_device(device):
+    src = ndl.Tensor([[1.0, 2.0]], device=ndl.cpu(), dtype="float32")
+    t = ndl.Tensor(src, device=device)
+    assert t.device == device and t.dtype == "float32"
+    np.testing.assert_array_equal(t.numpy(), [[1.0, 2.0]])
+    back = ndl.Tensor(t, device=ndl.cpu(), dtype="float64")
+    assert back.device == ndl.cpu() and back.dtype == "float64"
+
+
+def test_members(device):
+    t = ndl.Tensor(np.zeros((2, 3, 4)), device=device, dtype="float32")
+    assert t.shape == (2, 3, 4) and t.ndim == 3 and t.device == device
+    assert t.cached_data is t.realize_cached_data()  # the stored array itself
+    assert isinstance(t.numpy(), np.ndarray)
+    assert t.requires_grad
+    t.requires_grad = False
+    assert not t.requires_grad
+    assert t.op is None and t.inputs == () and t.grad is None
+
+
+def test_numpy_is_a_host_copy(device):
+    t = ndl.Tensor([1.0, 2.0], device=device)
+    host = t.numpy()
+    host[0] = 5.0
+    assert t.numpy()[0] == 1.0
+
+
+def test_repr_and_str(device):
+    t = ndl.Tensor([1.0, 2.0], device=device)
+    assert repr(t).startswith("needle.Tensor([1. 2.]")
+    assert str(t) == "[1. 2.]"
+
+
+def test_tensors_are_dict_keys_compared_by_identity():
+    a, b = ndl.Tensor([1.0]), ndl.Tensor([1.0])
+    d = {a: 1, b: 2}
+    assert len(d) == 2 and d[a] == 1
+    assert a is not b and not (a == b) and a == a
+
+
+# ----- operators build the course's graph ------------------------------------------------
+
+
+def test_operators_use_the_scalar_ops():
+    a, b = ndl.Tensor([2.0]), ndl.Tensor([3.0])
+    assert isinstance((a + 1).op, ndl.AddScalar)
+    assert isinstance((1 + a).op, ndl.AddScalar)
+    assert isinstance((a * 2).op, ndl.MulScalar)
+    assert isinstance((a / 2).op, ndl.DivScalar)
+    assert isinstance((a**2).op, ndl.PowerScalar)
+    assert isinstance((a**b).op, ndl.EWisePow)
+    assert isinstance((a / b).op, ndl.EWiseDiv)
+    assert isinstance((-a).op, ndl.Negate)
+    sub = a - b  # add(a, negate(b))
+    assert isinstance(sub.op, ndl.EWiseAdd) and sub.inputs[0] is a
+    assert isinstance(sub.inputs[1].op, ndl.Negate) and sub.inputs[1].inputs[0] is b
+    assert isinstance((a - 1).op, ndl.AddScalar) and (a - 1).op.scalar == -1
+    np.testing.assert_allclose((2 - a).numpy(), [0.0])
+    np.testing.assert_allclose((6 / b).numpy(), [2.0])
+    np.testing.assert_allclose((np.float32(2.0) * a).numpy(), [4.0])
+
+
+def test_numpy_scalars_become_python_numbers(device):
+    a = ndl.Tensor([1.0, 2.0], device=device, dtype="float32")
+    out = a * np.float64(0.5) + np.float32(1.0)
+    assert out.dtype == "float32"  # a numpy float64 scalar must not promote the result
+    np.testing.assert_allclose(out.numpy(), [1.5, 2.0])
+
+
+def test_topological_order_is_post_order_left_to_right():
+    a1, b1 = ndl.Tensor(np.ones((2, 2))), ndl.Tensor(np.ones((2, 2)))
+    c1 = 3 * a1 * a1 + 4 * b1 * a1 - a1
+    order = autograd.find_topo_sort([c1])
+    names = [type(n.op).__name__ if n.op is not None else "leaf" for n in order]
+    assert names == ["leaf", "MulScalar", "EWiseMul", "leaf", "MulScalar", "EWiseMul",
+                     "EWiseAdd", "Negate", "EWiseAdd"]
+    assert order[0] is a1 and order[3] is b1 and order[-1] is c1
+    assert order[2].inputs == (order[1], a1) and order[6].inputs == (order[2], order[5])
+    assert order[7].inputs == (a1,) and c1.inputs == (order[6], order[7])
+
+
+# ----- backward ---------------------------------------------------------------------------
+
+
+def test_backward_matches_hand_derivatives(device):
+    x = ndl.Tensor([1.0, 2.0, 3.0], device=device)
+    w = ndl.Tensor([0.5, -1.0, 2.0], device=device)
+    y = (x * w + x**2).sum()
+    y.backward()
+    np.testing.assert_allclose(x.grad.numpy(), [0.5 + 2, -1 + 4, 2 + 6])
+    np.testing.assert_allclose(w.grad.numpy(), [1.0, 2.0, 3.0])
+    assert y.grad is not None  # every node gets .grad
+
+
+def test_backward_defaults_to_ones_for_non_scalar_outputs(device):
+    x = ndl.Tensor(np.ones((2, 3)), device=device)
+    (x * 3).backward()
+    np.testing.assert_allclose(x.grad.numpy(), np.full((2, 3), 3.0))
+
+
+def test_backward_out_grad_shape_is_checked(device):
+    x = ndl.Tensor(np.ones((2, 3)), device=device)
+    with pytest.raises(ValueError, match=r"\(3,\).*\(2, 3\)"):
+        (x * 3).backward(ndl.Tensor(np.ones(3), device=device))
+
+
+def test_second_backward_overwrites_grad(device):
+    x = ndl.Tensor([2.0], device=device)
+    (x * 3).backward()
+    (x * 5).backward()
+    np.testing.assert_allclose(x.grad.numpy(), [5.0])
+
+
+def test_second_order_gradient(device):
+    x = ndl.Tensor([2.0, -1.0, 0.5], device=device)
+    (x**3).sum().backward()
+    g = x.grad  # 3 x^2, itself a graph over x
+    assert g.requires_grad and g.op is not None
+    np.testing.assert_allclose(g.numpy(), 3 * np.array([4.0, 1.0, 0.25]))
+    g.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 6 * np.array([2.0, -1.0, 0.5]))
+
+
+def test_second_order_through_softmax_like_graph(device):
+    # d/dx sum(d/dx logsumexp(x) * c) = Hessian(logsumexp) @ c, checked by finite differences
+    c = np.array([0.3, -1.2, 0.7])
+
+    def grad_dot_c(x):
+        ndl.logsumexp(x).backward()
+        return (x.grad * ndl.Tensor(c, device=x.device)).sum()
+
+    check_gradients(grad_dot_c, np.array([0.1, 0.5, -0.4]), device=device)
+
+
+def test_create_graph_false_gives_constant_gradients(device):
+    x = ndl.Tensor([2.0], device=device)
+    (x**3).backward(create_graph=False)
+    np.testing.assert_allclose(x.grad.numpy(), [12.0])
+    assert x.grad.op is None and not x.grad.requires_grad
+
+
+def test_gradient_sums_over_reuse(device):
+    x = ndl.Tensor([1.5], device=device)
+    (x * x * x + x).backward()
+    np.testing.assert_allclose(x.grad.numpy(), [3 * 1.5**2 + 1])
+
+
+def test_broadcast_gradient_is_summed_to_input_shape(device):
+    a = ndl.Tensor(np.ones((2, 3)), device=device)
+    b = ndl.Tensor(np.ones((3,)), device=device)
+    c = ndl.Tensor(np.ones((2, 1)), device=device)
+    ((a + b) * c).sum().backward()
+    assert b.grad.shape == (3,) and c.grad.shape == (2, 1)
+    np.testing.assert_allclose(b.grad.numpy(), [2.0, 2.0, 2.0])
+    np.testing.assert_allclose(c.grad.numpy(), [[6.0], [6.0]])
+
+
+def test_long_chain_backward_does_not_recurse(device):
+    x = ndl.Tensor([1.0], device=device)
+    y = x
+    for _ in range(100_000):
+        y = y + 1.0
+    y.backward()
+    np.testing.assert_allclose(x.grad.numpy(), [1.0])
+    np.testing.assert_allclose(y.numpy(), [100_001.0])
+    assert len(autograd.find_topo_sort([y])) == 100_001
+
+
+# ----- detach, data, no_grad, memory -------------------------------------------------------
+
+
+def test_results_without_grad_hold_no_inputs(device):
+    a = ndl.Tensor([1.0], device=device, requires_grad=False)
+    b = ndl.Tensor([2.0], device=device, requires_grad=False)
+    c = a * b + 1
+    assert not c.requires_grad and c.op is None and c.inputs == ()
+
+
+def test_no_grad_records_nothing(device):
+    x = ndl.Tensor([1.0, 2.0], device=device)
+    with ndl.no_grad():
+        y = (x * 2).exp()
+        assert not ndl.is_grad_enabled()
+    assert ndl.is_grad_enabled()
+    assert not y.requires_grad and y.op is None and y.inputs == ()
+    np.testing.assert_allclose(y.numpy(), np.exp([2.0, 4.0]))
+    assert (x * 2).requires_grad  # recording is back on
+
+
+def test_no_grad_as_decorator():
+    @ndl.no_grad()
+    def f(t):
+        return t * 2
+
+    assert f(ndl.Tensor([1.0])).op is None
+
+
+def test_detach_and_data_share_storage_and_add_no_node(device):
+    w = ndl.Tensor([1.0, 2.0], device=device, dtype="float32")
+    d = w.detach()
+    assert d.cached_data is w.cached_data and d.op is None and not d.requires_grad
+    assert w.data.cached_data is w.cached_data
+    g = ndl.Tensor([10.0, 10.0], device=device, dtype="float32")
+    before = autograd.TENSOR_COUNTER
+    w.data = w.data + (-0.1) * g.data
+    gc.collect()
+    assert autograd.TENSOR_COUNTER == before  # temporaries freed, nothing recorded
+    assert w.op is None and w.inputs == ()
+    np.testing.assert_allclose(w.numpy(), [0.0, 1.0], atol=1e-7)
+
+
+def test_data_setter_allows_new_shape_and_rejects_new_dtype(device):
+    w = ndl.Tensor([1.0, 2.0], device=device, dtype="float32")
+    w.data = ndl.Tensor(np.zeros((2, 2)), device=device, dtype="float32")
+    assert w.shape == (2, 2)
+    with pytest.raises(ValueError, match="float32.*float64"):
+        w.data = ndl.Tensor([1.0, 2.0], device=device, dtype="float64")
+    assert w.shape == (2, 2) and w.dtype == "float32"
+
+
+def test_tensor_counter_returns_to_baseline(device):
+    gc.collect()
+    base = autograd.TENSOR_COUNTER
+    x = ndl.Tensor(np.ones((3, 3)), device=device)
+    y = ndl.logsumexp(ndl.relu(x @ x) * 2, axes=1).sum()
+    y.backward()
+    assert autograd.TENSOR_COUNTER > base + 5
+    del x, y
+    gc.collect()
+    assert autograd.TENSOR_COUNTER == base
+
+
+def test_lazy_mode_defers_computation(monkeypatch):
+    monkeypatch.setattr(autograd, "LAZY_MODE", True)
+    x = ndl.Tensor([1.0, 2.0])
+    y = ndl.exp(x) + x
+    assert y.cached_data is None and y.inputs[0].cached_data is None
+    np.testing.assert_allclose(y.realize_cached_data(), np.exp([1.0, 2.0]) + [1.0, 2.0])
+    assert y.inputs[0].cached_data is not None
+
+
+# ----- bad input ---------------------------------------------------------------------------
+
+
+def test_elementwise_shape_mismatch_names_both_shapes(device):
+    a = ndl.Tensor(np.ones((2, 3)), device=device)
+    b = ndl.Tensor(np.ones((4,)), device=device)
+    for fn in (lambda: a + b, lambda: a * b, lambda: a / b, lambda: a**b):
+        with pytest.raises(ValueError, match=r"\(2, 3\).*\(4,\)"):
+            fn()
+
+
+def test_matmul_shape_mismatch_names_both_shapes(device):
+    a = ndl.Tensor(np.ones((2, 3)), device=device)
+    b = ndl.Tensor(np.ones((4, 5)), device=device)
+    with pytest.raises(ValueError, match=r"\(2, 3\).*\(4, 5\)"):
+        a @ b
+
+
+def test_reshape_and_broadcast_errors_name_shapes(device):
+    a = ndl.Tensor(np.ones((2, 3)), device=device)
+    with pytest.raises(ValueError, match=r"\(2, 3\).*\(4,\)"):
+        a.reshape((4,))
+    with pytest.raises(ValueError, match=r"\(2, 3\).*\(3, 3\)"):
+        a.broadcast_to((3, 3))
+
+
+def test_mixing_devices_names_both_devices(device):
+    other = ndl.strict(1) if device.kind == "strict" else ndl.strict()
+    if not other.enabled():
+        pytest.skip(other.unavailable_reason())
+    a = ndl.Tensor([1.0], device=device)
+    b = ndl.Tensor([1.0], device=other)
+    with pytest.raises(ValueError, match=f"{device}.*{other}".replace("(", r"\(").replace(
+            ")", r"\)")):
+        a + b
+
+
+def test_scalar_op_rejects_non_numbers():
+    with pytest.raises(TypeError, match="list"):
+        ndl.Tensor([1.0]) + [1.0]
+
+
+def test_index_errors():
+    t = ndl.Tensor(np.ones((2, 3)))
+    with pytest.raises(IndexError, match="out of bounds"):
+        t[2]
+    with pytest.raises(IndexError, match="too many"):
+        t[0, 0, 0]
+    with pytest.raises(TypeError, match="list"):
+        t[[0, 1]]
+
+
+def test_the_gradient_checker_catches_a_wrong_gradient(device):
+    class WrongSquare(ndl.TensorOp):
+        def compute(self, a):
+            return a * a
+
+        def gradient(self, out_grad, node):
+            return out_grad * node.inputs[0] * 2.01  # off by 0.5%
+
+    with pytest.raises(AssertionError, match="finite differences"):
+        check_gradients(lambda a: WrongSquare()(a), np.array([1.0, -2.0]), device=device)

@@ -1,0 +1,121 @@
+"""ndl.init against numpy: every draw is np.random's, transformed as the course documents."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import needle as ndl
+from needle import init
+
+
+def check(t: ndl.Tensor, expected: np.ndarray, device, dtype: str = "float32") -> None:
+    """Same device, dtype, shape and values (bit for bit: the same IEEE operations)."""
+    assert t.device == device
+    assert t.dtype == dtype
+    assert t.shape == expected.shape
+    np.testing.assert_array_equal(t.numpy(), expected.astype(dtype))
+
+
+def test_rand_is_numpy_rand_scaled(device):
+    np.random.seed(3)
+    t = init.rand(4, 5, low=-2.0, high=3.0, device=device)
+    np.random.seed(3)
+    check(t, np.random.rand(4, 5) * (3.0 - -2.0) + -2.0, device)
+    assert not t.requires_grad
+
+
+def test_randn_is_numpy_randn_scaled(device):
+    np.random.seed(4)
+    t = init.randn(3, 2, mean=1.5, std=0.5, device=device, dtype="float64",
+                   requires_grad=True)
+    np.random.seed(4)
+    check(t, np.random.randn(3, 2) * 0.5 + 1.5, device, "float64")
+    assert t.requires_grad
+
+
+def test_constant_ones_zeros(device):
+    check(init.constant(2, 3, c=2.5, device=device), np.full((2, 3), 2.5), device)
+    check(init.ones(4, device=device, dtype="float64"), np.ones(4), device, "float64")
+    check(init.zeros(2, 1, 3, device=device), np.zeros((2, 1, 3)), device)
+    assert init.ones(2, device=device, requires_grad=True).requires_grad
+
+
+def test_randb_is_rand_at_most_p(device):
+    np.random.seed(5)
+    t = init.randb(6, 7, p=0.3, device=device)
+    np.random.seed(5)
+    check(t, np.random.rand(6, 7) <= 0.3, device, "bool")
+
+
+def test_one_hot_picks_identity_rows(device):
+    labels = np.array([2, 0, 3, 3])
+    for i in (labels.tolist(), ndl.Tensor(labels, device=device, requires_grad=False)):
+        check(init.one_hot(4, i, device=device), np.eye(4)[labels], device)
+    check(init.one_hot(3, [1], device=device, dtype="float64"), np.eye(3)[[1]], device,
+          "float64")
+
+
+def test_zeros_like_and_ones_like_keep_shape_and_dtype(device):
+    x = ndl.Tensor(np.arange(6.0).reshape(2, 3), device=device, dtype="float64")
+    check(init.zeros_like(x), np.zeros((2, 3)), device, "float64")
+    check(init.ones_like(x), np.ones((2, 3)), device, "float64")
+    assert init.ones_like(x, requires_grad=True).requires_grad
+    assert not init.zeros_like(x).requires_grad
+
+
+def test_xavier_uniform(device):
+    np.random.seed(6)
+    t = init.xavier_uniform(5, 3, gain=1.5, device=device)
+    a = 1.5 * math.sqrt(6 / (5 + 3))
+    np.random.seed(6)
+    check(t, np.random.rand(5, 3) * (a - -a) + -a, device)
+    assert np.all(np.abs(t.numpy()) <= a)
+
+
+def test_xavier_normal(device):
+    np.random.seed(7)
+    t = init.xavier_normal(4, 6, gain=2.0, device=device, dtype="float64")
+    std = 2.0 * math.sqrt(2 / (4 + 6))
+    np.random.seed(7)
+    check(t, np.random.randn(4, 6) * std + 0.0, device, "float64")
+
+
+def test_kaiming_uniform(device):
+    np.random.seed(8)
+    t = init.kaiming_uniform(7, 2, device=device)
+    bound = math.sqrt(2) * math.sqrt(3 / 7)
+    np.random.seed(8)
+    check(t, np.random.rand(7, 2) * (bound - -bound) + -bound, device)
+    assert np.all(np.abs(t.numpy()) <= bound)
+
+
+def test_kaiming_uniform_shape_overrides_but_bound_uses_fan_in(device):
+    np.random.seed(9)
+    t = init.kaiming_uniform(3 * 3 * 2, 4, shape=(3, 3, 2, 4), device=device)
+    bound = math.sqrt(2) * math.sqrt(3 / 18)
+    np.random.seed(9)
+    check(t, np.random.rand(3, 3, 2, 4) * (bound - -bound) + -bound, device)
+
+
+def test_kaiming_normal(device):
+    np.random.seed(10)
+    t = init.kaiming_normal(9, 5, device=device, dtype="float64")
+    std = math.sqrt(2) / math.sqrt(9)
+    np.random.seed(10)
+    check(t, np.random.randn(9, 5) * std + 0.0, device, "float64")
+
+
+def test_initialisers_are_identical_on_every_device(device):
+    np.random.seed(11)
+    here = init.kaiming_uniform(6, 3, device=device).numpy()
+    np.random.seed(11)
+    on_cpu = init.kaiming_uniform(6, 3, device=ndl.cpu()).numpy()
+    np.testing.assert_array_equal(here, on_cpu)
+
+
+def test_only_relu_nonlinearity_is_supported(device):
+    with pytest.raises(ValueError, match="relu.*tanh"):
+        init.kaiming_uniform(3, 4, nonlinearity="tanh", device=device)

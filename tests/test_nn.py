@@ -1,0 +1,272 @@
+"""ndl.nn layers and loss: forward against numpy, gradients against finite differences."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import needle as ndl
+from needle import nn
+from needle.testing import check_gradients
+
+
+def T(a, device, dtype="float64", requires_grad=False) -> ndl.Tensor:
+    return ndl.Tensor(np.asarray(a), device=device, dtype=dtype, requires_grad=requires_grad)
+
+
+def rtol(device) -> float:
+    return 1e-6 if device.kind == "cuda" else 1e-10
+
+
+def data(*shape, seed=0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+def with_params(module: nn.Module, *names: str):
+    """fn(x, *params): `module(x)` with its named parameters replaced by the given tensors."""
+    def fn(x, *params):
+        for name, p in zip(names, params):
+            setattr(module, name, p)
+        return module(x)
+    return fn
+
+
+def np_norm(x, axis, eps):
+    return (x - x.mean(axis, keepdims=True)) / np.sqrt(x.var(axis, keepdims=True) + eps)
+
+
+# ----- simple layers ---------------------------------------------------------------------
+@pytest.mark.parametrize("layer, ref", [
+    (nn.Identity(), lambda x: x),
+    (nn.ReLU(), lambda x: np.maximum(x, 0)),
+    (nn.Tanh(), np.tanh),
+    (nn.Sigmoid(), lambda x: 1 / (1 + np.exp(-x))),
+    (nn.Flatten(), lambda x: x.reshape(x.shape[0], -1)),
+    (nn.Sequential(nn.Tanh(), nn.ReLU()), lambda x: np.maximum(np.tanh(x), 0)),
+    (nn.Residual(nn.Tanh()), lambda x: np.tanh(x) + x),
+], ids=["identity", "relu", "tanh", "sigmoid", "flatten", "sequential", "residual"])
+def test_simple_layers_forward_and_gradient(layer, ref, device):
+    x = data(2, 3, 4) + 0.05  # away from relu's kink at 0
+    np.testing.assert_allclose(layer(T(x, device)).numpy(), ref(x), rtol=rtol(device))
+    check_gradients(layer, x, device=device)
+
+
+def test_sequential_modules_are_indexable(device):
+    a, b = nn.ReLU(), nn.Linear(2, 3, device=device)
+    seq = nn.Sequential(a, b)
+    assert seq.modules[0] is a and seq.modules[1] is b and seq[1] is b and len(seq) == 2
+    with pytest.raises(TypeError, match="argument 1 must be a Module, found int"):
+        nn.Sequential(a, 3)
+
+
+# ----- Linear --------------------------------------------------------------------------
+def test_linear_draws_weight_then_bias_from_numpy(device):
+    np.random.seed(12)
+    layer = nn.Linear(5, 3, device=device)
+    np.random.seed(12)
+    bw, bb = math.sqrt(2) * math.sqrt(3 / 5), math.sqrt(2) * math.sqrt(3 / 3)
+    w = np.random.rand(5, 3) * (bw - -bw) + -bw
+    b = (np.random.rand(3, 1) * (bb - -bb) + -bb).reshape(1, 3)
+    assert isinstance(layer.weight, nn.Parameter) and isinstance(layer.bias, nn.Parameter)
+    assert layer.weight.dtype == "float32" and layer.weight.device == device
+    np.testing.assert_array_equal(layer.weight.numpy(), w.astype(np.float32))
+    np.testing.assert_array_equal(layer.bias.numpy(), b.astype(np.float32))
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (1, 5, 3), (2, 2, 3)])
+def test_linear_forward_broadcasts_over_leading_dims(shape, device):
+    layer = nn.Linear(3, 2, device=device, dtype="float64")
+    x = data(*shape)
+    expected = x @ layer.weight.numpy() + layer.bias.numpy()
+    out = layer(T(x, device))
+    assert out.shape == shape[:-1] + (2,)
+    np.testing.assert_allclose(out.numpy(), expected, rtol=rtol(device))
+
+
+def test_linear_bias_replaced_with_a_vector_still_broadcasts(device):
+    layer = nn.Linear(3, 2, device=device, dtype="float64")
+    layer.bias.data = T([1.0, -2.0], device)
+    x = data(4, 3)
+    np.testing.assert_allclose(layer(T(x, device)).numpy(),
+                               x @ layer.weight.numpy() + [1.0, -2.0], rtol=rtol(device))
+
+
+def test_linear_without_bias(device):
+    layer = nn.Linear(3, 2, bias=False, device=device, dtype="float64")
+    assert layer.bias is None and len(layer.parameters()) == 1
+    x = data(4, 3)
+    np.testing.assert_allclose(layer(T(x, device)).numpy(), x @ layer.weight.numpy(),
+                               rtol=rtol(device))
+
+
+def test_linear_gradients(device):
+    layer = nn.Linear(3, 2, device=device, dtype="float64")
+    check_gradients(with_params(layer, "weight", "bias"), data(1, 4, 3),
+                    layer.weight.numpy(), layer.bias.numpy(), device=device)
+
+
+def test_linear_rejects_the_wrong_number_of_features(device):
+    layer = nn.Linear(3, 2, device=device)
+    before = layer.weight.numpy()
+    with pytest.raises(ValueError, match="expected input with 3 features.*found 4"):
+        layer(T(data(5, 4), device, "float32"))
+    np.testing.assert_array_equal(layer.weight.numpy(), before)
+
+
+# ----- Dropout -------------------------------------------------------------------------
+def test_dropout_training_uses_one_numpy_draw(device):
+    x = data(4, 5)
+    np.random.seed(13)
+    out = nn.Dropout(0.3)(T(x, device))
+    np.random.seed(13)
+    mask = np.random.rand(4, 5) < 0.7
+    np.testing.assert_allclose(out.numpy(), x * mask / 0.7, rtol=rtol(device))
+    after_forward = np.random.rand()
+    np.random.seed(13)
+    np.random.rand(4, 5)
+    assert np.random.rand() == after_forward  # exactly one draw of x's shape
+
+
+def test_dropout_eval_is_identity_and_draws_nothing(device):
+    layer = nn.Dropout(0.5).eval()
+    x = T(data(3, 4), device)
+    np.random.seed(14)
+    assert layer(x) is x
+    assert np.random.rand() == np.random.RandomState(14).rand()
+
+
+def test_dropout_gradient(device):
+    layer = nn.Dropout(0.4)
+
+    def fn(x):
+        np.random.seed(15)  # the same mask on every call
+        return layer(x)
+
+    check_gradients(fn, data(3, 4), device=device)
+
+
+@pytest.mark.parametrize("p", [-0.1, 1.0, 1.5])
+def test_dropout_rejects_p_outside_0_1(p):
+    with pytest.raises(ValueError, match=rf"p must be in \[0, 1\), found {p}"):
+        nn.Dropout(p)
+
+
+# ----- normalisation -------------------------------------------------------------------
+def test_batchnorm1d_training_forward_and_running_stats(device):
+    bn = nn.BatchNorm1d(3, eps=1e-3, momentum=0.2, device=device, dtype="float64")
+    bn.weight.data = T([1.0, 2.0, 0.5], device)
+    bn.bias.data = T([0.0, -1.0, 3.0], device)
+    rm, rv = np.zeros(3), np.ones(3)
+    for seed in range(3):
+        x = data(6, 3, seed=seed) * 2 + 1
+        out = bn(T(x, device))
+        expected = np_norm(x, 0, 1e-3) * [1.0, 2.0, 0.5] + [0.0, -1.0, 3.0]
+        np.testing.assert_allclose(out.numpy(), expected, rtol=rtol(device), atol=1e-12)
+        rm, rv = 0.8 * rm + 0.2 * x.mean(0), 0.8 * rv + 0.2 * x.var(0)  # biased var
+        np.testing.assert_allclose(bn.running_mean.numpy(), rm, rtol=rtol(device))
+        np.testing.assert_allclose(bn.running_var.numpy(), rv, rtol=rtol(device))
+    for buf in (bn.running_mean, bn.running_var):  # updated without recording graph
+        assert buf.op is None and not buf.requires_grad and not isinstance(buf, nn.Parameter)
+
+
+def test_batchnorm1d_eval_uses_running_stats(device):
+    bn = nn.BatchNorm1d(3, device=device, dtype="float64")
+    bn(T(data(8, 3, seed=1) * 3, device))
+    rm, rv = bn.running_mean.numpy(), bn.running_var.numpy()
+    bn.eval()
+    x = data(5, 3, seed=2)
+    np.testing.assert_allclose(bn(T(x, device)).numpy(), (x - rm) / np.sqrt(rv + 1e-5),
+                               rtol=rtol(device))
+    np.testing.assert_array_equal(bn.running_mean.numpy(), rm)  # eval leaves them alone
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+def test_batchnorm1d_gradients(training, device):
+    bn = nn.BatchNorm1d(3, device=device, dtype="float64").train(training)
+    bn.running_var.data = T([0.5, 2.0, 1.5], device)
+    check_gradients(with_params(bn, "weight", "bias"), data(4, 3), data(3, seed=1),
+                    data(3, seed=2), device=device)
+
+
+def test_batchnorm2d_normalises_channels_over_n_h_w(device):
+    bn = nn.BatchNorm2d(2, device=device, dtype="float64")
+    x = data(3, 2, 4, 5) * 2 + 1
+    np.testing.assert_allclose(bn(T(x, device)).numpy(), np_norm(x, (0, 2, 3), 1e-5),
+                               rtol=rtol(device), atol=1e-12)
+    np.testing.assert_allclose(bn.running_mean.numpy(), 0.1 * x.mean((0, 2, 3)),
+                               rtol=rtol(device))
+    np.testing.assert_allclose(bn.running_var.numpy(), 0.9 + 0.1 * x.var((0, 2, 3)),
+                               rtol=rtol(device))
+    check_gradients(with_params(bn, "weight", "bias"), data(2, 2, 2, 3), data(2, seed=1),
+                    data(2, seed=2), device=device)
+
+
+def test_layernorm1d_forward_and_gradients(device):
+    ln = nn.LayerNorm1d(4, eps=1e-4, device=device, dtype="float64")
+    w, b = data(4, seed=1), data(4, seed=2)
+    ln.weight.data, ln.bias.data = T(w, device), T(b, device)
+    for shape in [(3, 4), (2, 3, 4)]:
+        x = data(*shape) * 3 + 2
+        np.testing.assert_allclose(ln(T(x, device)).numpy(), np_norm(x, -1, 1e-4) * w + b,
+                                   rtol=rtol(device), atol=1e-12)
+    check_gradients(with_params(ln, "weight", "bias"), data(3, 4), w, b, device=device)
+
+
+@pytest.mark.parametrize("make, shape", [
+    (lambda d: nn.BatchNorm1d(3, device=d), (4, 2)),
+    (lambda d: nn.BatchNorm2d(3, device=d), (4, 3)),
+    (lambda d: nn.LayerNorm1d(3, device=d), (4, 2)),
+], ids=["bn1d", "bn2d", "ln1d"])
+def test_norms_reject_wrong_shapes(make, shape, device):
+    with pytest.raises(ValueError, match=rf"expected input of shape .*3.*found \({shape[0]}"):
+        make(device)(T(data(*shape), device, "float32"))
+
+
+def test_only_linear_and_dropout_draw_random_numbers(device):
+    np.random.seed(16)
+    for module in (nn.BatchNorm1d(3, device=device), nn.BatchNorm2d(3, device=device),
+                   nn.LayerNorm1d(3, device=device), nn.ReLU(), nn.SoftmaxLoss()):
+        assert module is not None
+    assert np.random.rand() == np.random.RandomState(16).rand()
+
+
+# ----- SoftmaxLoss ---------------------------------------------------------------------
+def np_softmax_loss(z, y):
+    m = z.max(1, keepdims=True)
+    lse = np.log(np.exp(z - m).sum(1)) + m[:, 0]
+    return np.mean(lse - z[np.arange(len(y)), y])
+
+
+@pytest.mark.parametrize("label_dtype", ["int64", "int32", "uint8"])
+def test_softmax_loss_forward_and_gradient(label_dtype, device):
+    z, y = data(5, 4), np.array([0, 3, 1, 1, 2])
+    labels = T(y, device, label_dtype)
+    loss = nn.SoftmaxLoss()(T(z, device), labels)
+    assert loss.shape == ()
+    np.testing.assert_allclose(loss.numpy(), np_softmax_loss(z, y), rtol=rtol(device))
+    check_gradients(lambda logits: nn.SoftmaxLoss()(logits, labels), z, device=device)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_softmax_loss_is_finite_for_huge_logits(dtype, device):
+    z = np.array([[1e4, -1e4, 0.0], [-1e4, 1e4 - 1.0, 1e4]])
+    y = np.array([0, 1])
+    loss = nn.SoftmaxLoss()(T(z, device, dtype), T(y, device, "int64")).numpy()
+    expected = (0.0 + 1.0 + np.log1p(np.exp(-1.0))) / 2  # exact: 1e4 logits cancel
+    assert np.isfinite(loss)
+    # float32 spacing at 1e4 is 2**-10: the logsumexp is exact to that
+    atol = 2**-10 if dtype == "float32" else 1e-12
+    np.testing.assert_allclose(loss, expected, rtol=0, atol=atol)
+
+
+@pytest.mark.parametrize("bad", [4, -1])
+def test_softmax_loss_rejects_labels_out_of_range(bad, device):
+    z = T(data(3, 4), device)
+    with pytest.raises(ValueError, match=rf"labels must be in \[0, 4\).*found {bad}"):
+        nn.SoftmaxLoss()(z, T([0, bad, 1], device, "int64"))
+    with pytest.raises(TypeError, match="integer labels, found dtype float64"):
+        nn.SoftmaxLoss()(z, T([0.0, 1.0, 1.0], device))
+    with pytest.raises(ValueError, match=r"labels of shape \(3,\), found \(2,\)"):
+        nn.SoftmaxLoss()(z, T([0, 1], device, "int64"))

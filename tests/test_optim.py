@@ -1,0 +1,183 @@
+"""ndl.optim against numpy implementations of the documented update rules."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import needle as ndl
+from needle import nn, optim
+
+SHAPES = [(3, 2), (4,)]
+
+
+def params_on(device, dtype="float64", seed=0) -> list[nn.Parameter]:
+    rng = np.random.default_rng(seed)
+    return [nn.Parameter(rng.standard_normal(s), device=device, dtype=dtype) for s in SHAPES]
+
+
+def grads_for(step: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(100 + step)
+    return [rng.standard_normal(s) for s in SHAPES]
+
+
+def set_grads(params, grads, device, dtype="float64") -> None:
+    for p, g in zip(params, grads):
+        p.grad = ndl.Tensor(g, device=device, dtype=dtype, requires_grad=False)
+
+
+def np_sgd(ps, steps, lr, momentum, wd):
+    ps, us = [p.copy() for p in ps], [np.zeros_like(p) for p in ps]
+    for t in range(steps):
+        for p, u, g in zip(ps, us, grads_for(t)):
+            g = g + wd * p
+            u[...] = momentum * u + (1 - momentum) * g
+            p -= lr * u
+    return ps
+
+
+def np_adam(ps, steps, lr, b1, b2, eps, wd):
+    ps = [p.copy() for p in ps]
+    ms, vs = [np.zeros_like(p) for p in ps], [np.zeros_like(p) for p in ps]
+    for t in range(1, steps + 1):
+        for p, m, v, g in zip(ps, ms, vs, grads_for(t - 1)):
+            g = g + wd * p
+            m[...] = b1 * m + (1 - b1) * g
+            v[...] = b2 * v + (1 - b2) * g**2
+            p -= lr * (m / (1 - b1**t)) / (np.sqrt(v / (1 - b2**t)) + eps)
+    return ps
+
+
+def run(opt, params, device, steps=10, dtype="float64") -> None:
+    for t in range(steps):
+        set_grads(params, grads_for(t), device, dtype)
+        opt.step()
+
+
+@pytest.mark.parametrize("momentum, wd", [(0.0, 0.0), (0.9, 0.0), (0.0, 0.1), (0.5, 0.01)])
+def test_sgd_matches_numpy(momentum, wd, device):
+    params = params_on(device)
+    start = [p.numpy() for p in params]
+    run(optim.SGD(params, lr=0.1, momentum=momentum, weight_decay=wd), params, device)
+    for p, ref in zip(params, np_sgd(start, 10, 0.1, momentum, wd)):
+        np.testing.assert_allclose(p.numpy(), ref, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("wd", [0.0, 0.05])
+def test_adam_matches_numpy(wd, device):
+    params = params_on(device)
+    start = [p.numpy() for p in params]
+    opt = optim.Adam(params, lr=0.05, beta1=0.8, beta2=0.95, eps=1e-6, weight_decay=wd)
+    run(opt, params, device)
+    assert opt.t == 10  # once per step(), not per parameter
+    for p, ref in zip(params, np_adam(start, 10, 0.05, 0.8, 0.95, 1e-6, wd)):
+        np.testing.assert_allclose(p.numpy(), ref, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("make", [lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9),
+                                  lambda ps: optim.Adam(ps, lr=0.1)], ids=["sgd", "adam"])
+def test_step_keeps_dtype_identity_and_grad_and_records_no_graph(make, device):
+    params = params_on(device, dtype="float32")
+    opt = make(params)
+    start = [p.numpy() for p in params]
+    set_grads(params, grads_for(0), device, dtype="float64")  # float64 grads, float32 params
+    grads = [(p.grad, p.grad.realize_cached_data(), p.grad.numpy()) for p in params]
+    opt.step()
+    for p, s, (grad, array, values) in zip(params, start, grads):
+        assert p.dtype == "float32" and p.device == device
+        assert p.op is None and p.inputs == () and p.requires_grad
+        assert p.grad is grad and p.grad.realize_cached_data() is array
+        np.testing.assert_array_equal(p.grad.numpy(), values)
+        assert not np.array_equal(p.numpy(), s)
+    assert all(a.dtype == params[0].realize_cached_data().dtype
+               for s in opt.state.values() for a in s.values())
+
+
+def test_parameters_without_grad_are_skipped(device):
+    params = params_on(device)
+    before = params[1].numpy()
+    opt = optim.Adam(params)
+    params[0].grad = ndl.Tensor(np.ones(SHAPES[0]), device=device, requires_grad=False)
+    opt.step()
+    np.testing.assert_array_equal(params[1].numpy(), before)
+    assert list(opt.state) == [0]
+
+
+def test_reset_grad_and_zero_grad(device):
+    params = params_on(device)
+    opt = optim.SGD(params)
+    for clear in (opt.reset_grad, opt.zero_grad):
+        set_grads(params, grads_for(0), device)
+        clear()
+        assert all(p.grad is None for p in params)
+
+
+def test_training_a_linear_model_lowers_the_loss(device):
+    np.random.seed(0)
+    model = nn.Sequential(nn.Linear(4, 8, device=device), nn.ReLU(),
+                          nn.Linear(8, 3, device=device))
+    rng = np.random.default_rng(0)
+    x = ndl.Tensor(rng.standard_normal((32, 4)), device=device, dtype="float32")
+    y = ndl.Tensor(rng.integers(0, 3, 32), device=device, requires_grad=False)
+    opt = optim.Adam(model.parameters(), lr=0.05)
+    losses = []
+    for _ in range(30):
+        opt.reset_grad()
+        loss = nn.SoftmaxLoss()(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.numpy().item())
+    assert losses[-1] < 0.5 * losses[0]
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda ps: optim.SGD(ps, lr=-0.1), r"SGD: lr must be >= 0.0, found -0.1"),
+    (lambda ps: optim.SGD(ps, momentum=1.0), r"momentum must be in \[0.0, 1.0\), found 1.0"),
+    (lambda ps: optim.SGD(ps, weight_decay=-1), r"weight_decay must be >= 0.0, found -1.0"),
+    (lambda ps: optim.Adam(ps, lr=-1e-3), r"Adam: lr must be >= 0.0, found -0.001"),
+    (lambda ps: optim.Adam(ps, beta1=1.0), r"beta1 must be in \[0.0, 1.0\), found 1.0"),
+    (lambda ps: optim.Adam(ps, beta2=-0.5), r"beta2 must be in \[0.0, 1.0\), found -0.5"),
+    (lambda ps: optim.Adam(ps, weight_decay=-0.1), r"weight_decay must be >= 0.0"),
+])
+def test_bad_hyperparameters_raise(make, message, device):
+    with pytest.raises(ValueError, match=message):
+        make(params_on(device))
+
+
+@pytest.mark.parametrize("make", [lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9),
+                                  lambda ps: optim.Adam(ps, lr=0.1)], ids=["sgd", "adam"])
+def test_state_dict_round_trips_exactly(make, device):
+    params = params_on(device)
+    opt = make(params)
+    run(opt, params, device, steps=3)
+    copies = [nn.Parameter(p, device=device) for p in params]
+    restored = make(copies)
+    restored.load_state_dict(opt.state_dict())
+    assert restored.t == opt.t == 3
+    for t in (3, 4):
+        set_grads(params, grads_for(t), device)
+        set_grads(copies, grads_for(t), device)
+        opt.step()
+        restored.step()
+    for a, b in zip(params, copies):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_load_state_dict_reports_problems_and_changes_nothing(device):
+    params = params_on(device)
+    opt = optim.Adam(params, lr=0.1)
+    run(opt, params, device, steps=2)
+    state = opt.state_dict()
+    target = optim.Adam(params_on(device), lr=0.3)
+    state["state"][0]["m"] = np.zeros((2, 3))
+    state["state"][1]["w"] = np.zeros(4)
+    state["state"][5] = {}
+    state["hyperparameters"]["lr"] = -1.0
+    with pytest.raises(ValueError) as info:
+        target.load_state_dict(state)
+    message = str(info.value)
+    assert "parameter 0: state 'm' has shape (2, 3), expected (3, 2)" in message
+    assert "parameter 1: unexpected state 'w'" in message
+    assert "state for parameter 5, but there are 2 parameters" in message
+    assert "lr must be >= 0.0, found -1.0" in message
+    assert target.t == 0 and target.state == {} and target.lr == 0.3
