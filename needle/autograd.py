@@ -170,9 +170,9 @@ class Value:
     def make_from_op(cls, op: Op, inputs: Iterable[Value]):
         """The output of `op` on `inputs`; detached when no input requires grad."""
         global TENSOR_COUNTER
+        TENSOR_COUNTER += 1
         value = cls.__new__(cls)
         # the body of _init, inlined: this is the hottest path in needle
-        TENSOR_COUNTER += 1
         inputs = tuple(inputs)
         device = inputs[0].device
         requires_grad = False
@@ -184,13 +184,11 @@ class Value:
                 )
             if x.requires_grad:
                 requires_grad = _GRAD_ENABLED
-        value.op = op
-        value.inputs = inputs
-        value.requires_grad = requires_grad
         value.device = device
         value._grad = None
+        value.requires_grad = requires_grad
         if LAZY_MODE:
-            value.cached_data = None
+            value.op, value.inputs, value.cached_data = op, inputs, None
             return value
         arrays = [x.cached_data for x in inputs]
         for array in arrays:
@@ -198,9 +196,10 @@ class Value:
                 arrays = [x.realize_cached_data() for x in inputs]
                 break
         value.cached_data = op.compute(*arrays)
-        if not requires_grad:  # nothing to differentiate: keep no references to the inputs
-            value.op = None
-            value.inputs = ()
+        if requires_grad:
+            value.op, value.inputs = op, inputs
+        else:  # nothing to differentiate: keep no references to the inputs
+            value.op, value.inputs = None, ()
         return value
 
 
@@ -276,7 +275,8 @@ class Tensor(Value):
     @property
     def shape(self) -> tuple[int, ...]:
         """The shape, a tuple of ints."""
-        return tuple(self.realize_cached_data().shape)
+        data = self.cached_data
+        return tuple((self.realize_cached_data() if data is None else data).shape)
 
     @property
     def dtype(self) -> Any:
@@ -446,8 +446,11 @@ class Tensor(Value):
 _make = Tensor.make_from_op
 
 
-def find_topo_sort(node_list: Iterable[Value]) -> list[Value]:
-    """Post-order depth-first walk over `inputs`, left to right; iterative, so deep graphs work."""
+def find_topo_sort(node_list: Iterable[Value], *, requiring_grad: bool = False) -> list[Value]:
+    """Post-order depth-first walk over `inputs`, left to right; iterative, so deep graphs work.
+
+    With `requiring_grad`, inputs that do not require grad (data, masks) are not visited.
+    """
     order: list[Value] = []
     visited: set[Value] = set()  # Values hash by identity
     for root in node_list:
@@ -458,7 +461,9 @@ def find_topo_sort(node_list: Iterable[Value]) -> list[Value]:
         while stack:
             node, i = stack[-1]
             inputs = node.inputs
-            while i < len(inputs) and inputs[i] in visited:
+            while i < len(inputs) and (
+                inputs[i] in visited or (requiring_grad and not inputs[i].requires_grad)
+            ):
                 i += 1
             if i < len(inputs):
                 stack[-1] = (node, i + 1)
@@ -478,7 +483,7 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
     shape here, once, for every op. The partials of a node are summed by one AddN node.
     """
     partials_of: dict[Value, list[Value]] = {output_tensor: [out_grad]}
-    for node in reversed(find_topo_sort([output_tensor])):
+    for node in reversed(find_topo_sort([output_tensor], requiring_grad=True)):
         partials = partials_of.pop(node, None)
         if partials is None:
             continue
@@ -490,24 +495,32 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
             grad = partials[0]
             for partial in partials[1:]:
                 grad = grad + partial
-        if node.op is None:
+        op = node.op
+        if op is None:
             node._grad = grad
             continue
         # An intermediate node holds a recorded adjoint weakly: that adjoint's graph refers
         # back to the node, and a strong reference would make a cycle only gc could free.
         # The adjoint stays alive while the leaves' gradients (which are built on it) are.
-        node._grad = weakref.ref(grad) if grad.op is not None else grad
-        for inp, partial in zip(node.inputs, node.op.gradient_as_tuple(grad, node)):
+        node._grad = grad if grad.op is None else weakref.ref(grad)
+        for inp, partial in zip(node.inputs, op.gradient_as_tuple(grad, node)):
             if partial is None or not inp.requires_grad:
                 continue
-            if isinstance(inp, Tensor):
-                shape = inp.realize_cached_data().shape
-                if partial.realize_cached_data().shape != shape:
+            if inp.__class__ is not TensorTuple:
+                shape = _data(inp).shape
+                if _data(partial).shape != shape:
                     partial = _ops.sum_to_shape(partial, tuple(shape))
-            if inp in partials_of:
-                partials_of[inp].append(partial)
-            else:
+            pending = partials_of.get(inp)
+            if pending is None:
                 partials_of[inp] = [partial]
+            else:
+                pending.append(partial)
+
+
+def _data(value: Value) -> Any:
+    """The value's array, computing it first in lazy mode."""
+    data = value.cached_data
+    return value.realize_cached_data() if data is None else data
 
 
 from . import ops as _ops  # noqa: E402  (ops imports this module; bound after Tensor exists)

@@ -340,3 +340,14 @@ def test_the_gradient_checker_catches_a_wrong_gradient(device):
 
     with pytest.raises(AssertionError, match="finite differences"):
         check_gradients(lambda a: WrongSquare()(a), np.array([1.0, -2.0]), device=device)
+
+
+def test_intermediate_nodes_keep_their_gradients(device):
+    x = ndl.Tensor([1.0, -2.0], device=device)
+    w = ndl.Tensor([3.0, 0.5], device=device)
+    z = x * w
+    (z * z).sum().backward()
+    # z's adjoint 2z is a recorded graph over z, held weakly by z and strongly by x.grad
+    assert z.grad is not None and z.grad.op is not None
+    np.testing.assert_allclose(z.grad.numpy(), 2 * np.array([3.0, -1.0]))
+    np.testing.assert_allclose(x.grad.numpy(), 2 * np.array([3.0, -1.0]) * [3.0, 0.5])

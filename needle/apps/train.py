@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -17,12 +18,20 @@ from tqdm import tqdm
 
 import needle as ndl
 from needle.apps.mlp_resnet import MLPResNet
-from needle.data import MNIST_FILES, DataLoader, MNISTDataset, builtin_mnist_dir, find_mnist_files
+from needle.data import (
+    MNIST_FILES,
+    DataLoader,
+    MNISTDataset,
+    builtin_mnist_dir,
+    find_mnist_files,
+    transforms,
+)
 
 DEVICES = {"cpu": ndl.cpu, "cuda": ndl.cuda, "strict": ndl.strict}
 OPTIMIZERS = {"adam": ndl.optim.Adam, "sgd": ndl.optim.SGD}
 # settings that must match between a checkpoint and the run that resumes it
-ARCH_KEYS = ("hidden_dim", "optimizer", "batch_size", "seed")
+ARCH_KEYS = ("hidden_dim", "optimizer", "batch_size", "seed", "epochs", "schedule",
+             "augment")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,24 +52,33 @@ def build_parser() -> argparse.ArgumentParser:
                    help="L2 weight decay (default: 0.001)")
     p.add_argument("--hidden-dim", type=int, default=256,
                    help="width of the residual MLP (default: 256)")
+    p.add_argument("--schedule", default="cosine", choices=["cosine", "constant"],
+                   help="learning rate over the epochs (default: cosine decay to 0)")
+    p.add_argument("--augment", type=int, default=2, metavar="PIXELS",
+                   help="random shifts of up to PIXELS for training images (0: off; default 2)")
     p.add_argument("--seed", type=int, default=0, help="numpy seed for weights and shuffling")
     p.add_argument("--checkpoint", type=Path, default=None,
                    help="save model and optimizer here after every epoch (atomic .npz)")
     p.add_argument("--resume", type=Path, default=None, help="continue from a checkpoint")
+    p.add_argument("--stop-after", type=int, default=None, metavar="N",
+                   help="stop after N epochs of this run (continue later with --resume)")
     p.add_argument("--quiet", action="store_true", help="print only the final summary")
     return p
 
 
 def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace):
-    """Validate arguments (usage errors, not tracebacks); return (device, data files)."""
-    for name in ("epochs", "batch_size", "hidden_dim"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1, "
-                         f"got {getattr(args, name)}")
+    """Validate arguments (usage errors, not tracebacks); return (device, files, checkpoint)."""
+    counts = {"epochs": args.epochs, "batch_size": args.batch_size,
+              "hidden_dim": args.hidden_dim, "stop_after": args.stop_after}
+    for name, value in counts.items():
+        if value is not None and value < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1, got {value}")
     if not args.lr > 0:
         parser.error(f"--lr must be positive, got {args.lr}")
     if args.weight_decay < 0:
         parser.error(f"--weight-decay must be non-negative, got {args.weight_decay}")
+    if args.augment < 0:
+        parser.error(f"--augment must be non-negative, got {args.augment}")
     device = DEVICES[args.device]()
     if not device.enabled():
         parser.error(f"--device {args.device}: {device.unavailable_reason()}")
@@ -68,9 +86,18 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace):
         files = find_mnist_files(args.data_dir or builtin_mnist_dir())
     except FileNotFoundError as e:
         parser.error(f"--data-dir: {e}")
-    if args.resume is not None and not args.resume.is_file():
-        parser.error(f"--resume: no checkpoint at {args.resume}")
-    return device, [files[name] for name in MNIST_FILES]
+    checkpoint = None
+    if args.resume is not None:
+        try:
+            checkpoint = ndl.load(args.resume)
+        except (OSError, ValueError) as e:
+            parser.error(f"--resume: cannot read the checkpoint {args.resume}: {e}")
+        saved = checkpoint.get("config", {}) if isinstance(checkpoint, dict) else {}
+        for key in ARCH_KEYS:
+            if saved.get(key) != getattr(args, key):
+                parser.error(f"--resume: {args.resume} was trained with {key}="
+                             f"{saved.get(key)!r}, this run asks for {getattr(args, key)!r}")
+    return device, [files[name] for name in MNIST_FILES], checkpoint
 
 
 def _rng_state() -> dict:
@@ -114,33 +141,42 @@ def run_epoch(loader, model, loss_fn, opt=None, bar=None) -> tuple[float, float]
     return int(errors) / count, float(total) / count
 
 
-def train(args: argparse.Namespace, device, files) -> dict:
-    """Train as `args` says; return the final metrics."""
+def train(args: argparse.Namespace, device, files, checkpoint: dict | None = None) -> dict:
+    """Train as `args` says (continuing `checkpoint` if given); return the last metrics."""
     np.random.seed(args.seed)
-    train_set, test_set = MNISTDataset(files[0], files[1]), MNISTDataset(files[2], files[3])
+    augment = [transforms.RandomCrop(args.augment)] if args.augment else None
+    train_set = MNISTDataset(files[0], files[1], transforms=augment)
+    test_set = MNISTDataset(files[2], files[3])
     train_loader = DataLoader(train_set, args.batch_size, shuffle=True, device=device)
     test_loader = DataLoader(test_set, 1000, device=device)
     model = MLPResNet(784, args.hidden_dim, device=device)
     opt = OPTIMIZERS[args.optimizer](model.parameters(), lr=args.lr,
                                      weight_decay=args.weight_decay)
     loss_fn = ndl.nn.SoftmaxLoss()
-    start_epoch = 0
-    if args.resume is not None:
-        start_epoch = _resume(args, model, opt)
+    start = 0
+    if checkpoint is not None:
+        model.load_state_dict(checkpoint["model"])
+        opt.load_state_dict(checkpoint["optimizer"])
+        _set_rng_state(checkpoint["rng"])
+        start = int(checkpoint["epoch"])
+    end = args.epochs if args.stop_after is None else min(args.epochs, start + args.stop_after)
     say = (lambda *a: None) if args.quiet else print
     say(f"needle-train: MLPResNet(hidden {args.hidden_dim}) on {len(train_set)} training / "
         f"{len(test_set)} test images, {args.optimizer} lr {args.lr}, device {device}")
     started = time.perf_counter()
-    metrics = {}
-    for epoch in range(start_epoch, args.epochs):
+    metrics = {"epoch": start, "model": model}
+    for epoch in range(start, end):
+        if args.schedule == "cosine":
+            opt.lr = args.lr * 0.5 * (1 + math.cos(math.pi * epoch / args.epochs))
         model.train()
+        # the bar shows on terminals only (disable=None), never with --quiet
         with tqdm(total=len(train_loader), desc=f"epoch {epoch + 1}/{args.epochs}",
-                  leave=False, disable=args.quiet, file=sys.stderr) as bar:
+                  leave=False, disable=True if args.quiet else None, file=sys.stderr) as bar:
             train_err, train_loss = run_epoch(train_loader, model, loss_fn, opt, bar)
         model.eval()
         test_err, test_loss = run_epoch(test_loader, model, loss_fn)
-        metrics = {"epoch": epoch + 1, "train_err": train_err, "train_loss": train_loss,
-                   "test_err": test_err, "test_loss": test_loss}
+        metrics.update(epoch=epoch + 1, train_err=train_err, train_loss=train_loss,
+                       test_err=test_err, test_loss=test_loss)
         say(f"epoch {epoch + 1:3d}  train err {train_err:.4f} loss {train_loss:.4f}  "
             f"test err {test_err:.4f} loss {test_loss:.4f}")
         if args.checkpoint is not None:
@@ -148,36 +184,25 @@ def train(args: argparse.Namespace, device, files) -> dict:
                       "epoch": epoch + 1, "rng": _rng_state(),
                       "config": {k: getattr(args, k) for k in ARCH_KEYS}}, args.checkpoint)
     metrics["seconds"] = time.perf_counter() - started
-    metrics["model"] = model
     return metrics
-
-
-def _resume(args: argparse.Namespace, model, opt) -> int:
-    """Restore model, optimizer and RNG from `args.resume`; return the epochs already done."""
-    state = ndl.load(args.resume)
-    saved = state.get("config", {})
-    for key in ARCH_KEYS:
-        if key in saved and saved[key] != getattr(args, key):
-            raise SystemExit(f"needle-train: error: --resume {args.resume} was trained with "
-                             f"{key}={saved[key]!r}, this run asks for {getattr(args, key)!r}")
-    model.load_state_dict(state["model"])
-    opt.load_state_dict(state["optimizer"])
-    _set_rng_state(state["rng"])
-    return int(state["epoch"])
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `needle-train` and `python -m needle.apps.train`."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    device, files = _check_args(parser, args)
-    m = train(args, device, files)
+    device, files, checkpoint = _check_args(parser, args)
+    m = train(args, device, files, checkpoint)
     if "test_err" not in m:
-        print(f"needle-train: nothing to do, the checkpoint already has {args.epochs} epochs")
-        return 0
-    print(f"final: test accuracy {100 * (1 - m['test_err']):.2f}% (loss {m['test_loss']:.4f}), "
-          f"train accuracy {100 * (1 - m['train_err']):.2f}%, {m['epoch']} epochs in "
-          f"{m['seconds']:.1f} s on {device}")
+        print(f"needle-train: nothing to do: {args.resume} already has {m['epoch']} of "
+              f"{args.epochs} epochs")
+    elif m["epoch"] < args.epochs:
+        print(f"stopped after epoch {m['epoch']} of {args.epochs} "
+              f"(test accuracy {100 * (1 - m['test_err']):.2f}%); continue with --resume")
+    else:
+        print(f"final: test accuracy {100 * (1 - m['test_err']):.2f}% "
+              f"(loss {m['test_loss']:.4f}), train accuracy {100 * (1 - m['train_err']):.2f}%, "
+              f"{args.epochs} epochs, {m['seconds']:.1f} s training on {device}")
     return 0
 
 

@@ -32,25 +32,20 @@ def math_log(value: Any) -> float:
     return math.log(as_scalar(value))
 
 
-def broadcast_shapes(op: str, a: tuple, b: tuple) -> tuple:
-    """The broadcast of two shapes, or a ValueError naming both."""
-    out = []
-    for i in range(1, max(len(a), len(b)) + 1):
-        x = a[-i] if i <= len(a) else 1
-        y = b[-i] if i <= len(b) else 1
-        if x != y and x != 1 and y != 1:
-            raise ValueError(f"{op}: shapes {tuple(a)} and {tuple(b)} are not broadcastable")
-        out.append(x if y == 1 else y)
-    return tuple(reversed(out))
+def shape_error(op: str, a, b, error: Exception) -> ValueError:
+    """The ValueError for operands whose shapes do not broadcast, naming both shapes."""
+    return ValueError(f"{op}: shapes {tuple(a.shape)} and {tuple(b.shape)} are not "
+                      f"broadcastable ({error})")
 
 
 class EWiseAdd(TensorOp):
     """a + b."""
 
     def compute(self, a, b):
-        if a.shape != b.shape:
-            broadcast_shapes("add", a.shape, b.shape)
-        return a + b
+        try:
+            return a + b
+        except ValueError as e:
+            raise shape_error("add", a, b, e) from None
 
     def gradient(self, out_grad, node):
         return out_grad, out_grad
@@ -67,9 +62,10 @@ class AddN(TensorOp):
     def compute(self, *arrays):
         out = arrays[0]
         for a in arrays[1:]:
-            if a.shape != out.shape:
-                broadcast_shapes("add_n", out.shape, a.shape)
-            out = out + a
+            try:
+                out = out + a
+            except ValueError as e:
+                raise shape_error("add_n", out, a, e) from None
         return out
 
     def gradient(self, out_grad, node):
@@ -103,13 +99,16 @@ class EWiseMul(TensorOp):
     """a * b."""
 
     def compute(self, a, b):
-        if a.shape != b.shape:
-            broadcast_shapes("multiply", a.shape, b.shape)
-        return a * b
+        try:
+            return a * b
+        except ValueError as e:
+            raise shape_error("multiply", a, b, e) from None
 
     def gradient(self, out_grad, node):
         a, b = node.inputs
-        return out_grad * b, out_grad * a
+        # no multiply for an operand that needs no gradient (a mask, a one-hot matrix)
+        return (out_grad * b if a.requires_grad else None,
+                out_grad * a if b.requires_grad else None)
 
 
 def multiply(a: Tensor, b: Tensor) -> Tensor:
@@ -139,14 +138,16 @@ class EWisePow(TensorOp):
     """a ** b, elementwise."""
 
     def compute(self, a, b):
-        if a.shape != b.shape:
-            broadcast_shapes("power", a.shape, b.shape)
-        return namespace(a).pow(a, b)
+        try:
+            return namespace(a).pow(a, b)
+        except ValueError as e:
+            raise shape_error("power", a, b, e) from None
 
     def gradient(self, out_grad, node):
         a, b = node.inputs
         # d/da a^b = b a^(b-1);  d/db a^b = a^b log a
-        return out_grad * b * a ** (b - 1), out_grad * node * log(a)
+        return (out_grad * b * a ** (b - 1) if a.requires_grad else None,
+                out_grad * node * log(a) if b.requires_grad else None)
 
 
 def power(a: Tensor, b: Tensor) -> Tensor:
@@ -179,14 +180,16 @@ class EWiseDiv(TensorOp):
     """a / b."""
 
     def compute(self, a, b):
-        if a.shape != b.shape:
-            broadcast_shapes("divide", a.shape, b.shape)
-        return a / b
+        try:
+            return a / b
+        except ValueError as e:
+            raise shape_error("divide", a, b, e) from None
 
     def gradient(self, out_grad, node):
         a, b = node.inputs
         # d/db a/b = -a / b^2
-        return out_grad / b, -(out_grad * a) / (b * b)
+        return (out_grad / b if a.requires_grad else None,
+                -(out_grad * a) / (b * b) if b.requires_grad else None)
 
 
 def divide(a: Tensor, b: Tensor) -> Tensor:
@@ -261,8 +264,7 @@ class ReLU(TensorOp):
     """max(a, 0)."""
 
     def compute(self, a):
-        xp = namespace(a)
-        return xp.where(a > 0, a, xp.zeros_like(a))
+        return namespace(a).maximum(a, 0)
 
     def gradient(self, out_grad, node):
         a = node.inputs[0].realize_cached_data()

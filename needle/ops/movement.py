@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 from ..autograd import Tensor, TensorOp
 from ..backends import namespace
 
@@ -15,15 +13,11 @@ class Reshape(TensorOp):
         self.shape = tuple(shape)
 
     def compute(self, a):
-        size = math.prod(a.shape)
-        known = math.prod(s for s in self.shape if s != -1)
-        if -1 in self.shape:
-            ok = self.shape.count(-1) == 1 and known > 0 and size % known == 0
-        else:
-            ok = known == size
-        if not ok:
-            raise ValueError(f"reshape: cannot reshape {tuple(a.shape)} into {self.shape}")
-        return namespace(a).reshape(a, self.shape)
+        try:
+            return namespace(a).reshape(a, self.shape)
+        except ValueError as e:
+            raise ValueError(f"reshape: cannot reshape {tuple(a.shape)} into {self.shape} "
+                             f"({e})") from None
 
     def gradient(self, out_grad, node):
         return reshape(out_grad, node.inputs[0].shape)
@@ -41,10 +35,11 @@ class BroadcastTo(TensorOp):
         self.shape = tuple(shape)
 
     def compute(self, a):
-        lead = len(self.shape) - a.ndim
-        if lead < 0 or any(s not in (1, t) for s, t in zip(a.shape, self.shape[lead:])):
-            raise ValueError(f"broadcast_to: cannot broadcast {tuple(a.shape)} to {self.shape}")
-        return namespace(a).broadcast_to(a, self.shape)
+        try:
+            return namespace(a).broadcast_to(a, self.shape)
+        except ValueError as e:
+            raise ValueError(f"broadcast_to: cannot broadcast {tuple(a.shape)} to "
+                             f"{self.shape} ({e})") from None
 
     def gradient(self, out_grad, node):
         from .reduce import sum_to_shape  # reduce builds on this module

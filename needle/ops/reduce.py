@@ -32,18 +32,19 @@ def keepdims_shape(shape: tuple, axes: tuple[int, ...]) -> tuple[int, ...]:
 def expand_reduced(t: Tensor, in_shape: tuple, axes) -> Tensor:
     """Broadcast a reduction's result (or adjoint) back to the input's shape."""
     axes = normalize_axes(axes, len(in_shape))
-    return broadcast_to(reshape(t, keepdims_shape(in_shape, axes)), in_shape)
+    if axes != tuple(range(len(axes))):  # leading axes come back by broadcasting alone
+        t = reshape(t, keepdims_shape(in_shape, axes))
+    return broadcast_to(t, in_shape)
 
 
 class Summation(TensorOp):
     """Sum over `axes` (None: all)."""
 
     def __init__(self, axes=None):
-        self.axes = axes
+        self.axes = (axes,) if isinstance(axes, int) else axes
 
     def compute(self, a):
-        axes = normalize_axes(self.axes, a.ndim, "summation")
-        return namespace(a).sum(a, axis=axes)
+        return namespace(a).sum(a, axis=self.axes)
 
     def gradient(self, out_grad, node):
         return expand_reduced(out_grad, node.inputs[0].shape, self.axes)
@@ -54,29 +55,48 @@ def summation(a: Tensor, axes=None) -> Tensor:
     return Summation(axes)(a)
 
 
+class SumToShape(TensorOp):
+    """Sum over `axes` (keeping them), then reshape to `shape`: the one un-broadcast in needle.
+
+    `sum_to_shape` works out the axes from the broadcast shape and the target shape.
+    """
+
+    def __init__(self, shape, axes):
+        self.shape = tuple(shape)
+        self.axes = tuple(axes)
+
+    def compute(self, a):
+        xp = namespace(a)
+        out = xp.sum(a, axis=self.axes, keepdims=True) if self.axes else a
+        return out if out.shape == self.shape else xp.reshape(out, self.shape)
+
+    def gradient(self, out_grad, node):
+        return broadcast_to(out_grad, node.inputs[0].shape)
+
+
 def sum_to_shape(t: Tensor, shape: tuple) -> Tensor:
-    """Sum a broadcast adjoint back to `shape` (the one un-broadcast in needle)."""
-    if t.shape == shape:
+    """`t` summed back to `shape`, from which it was broadcast (`t` itself if it has it)."""
+    shape, t_shape = tuple(shape), t.shape
+    if t_shape == shape:
         return t
-    lead = t.ndim - len(shape)
-    if lead < 0 or any(s != 1 and t.shape[lead + i] != s for i, s in enumerate(shape)):
-        raise ValueError(f"cannot sum a gradient of shape {t.shape} to shape {shape}")
+    lead = len(t_shape) - len(shape)
+    if lead < 0 or any(s != 1 and t_shape[lead + i] != s for i, s in enumerate(shape)):
+        raise ValueError(f"cannot sum shape {t_shape} to shape {shape}")
     axes = tuple(range(lead)) + tuple(
-        lead + i for i, s in enumerate(shape) if s == 1 and t.shape[lead + i] != 1
+        lead + i for i, s in enumerate(shape) if s == 1 and t_shape[lead + i] != 1
     )
-    return reshape(summation(t, axes), shape)
+    return SumToShape(shape, axes)(t)
 
 
 class Max(TensorOp):
     """Maximum over `axes`; the adjoint is shared equally by the maximal entries."""
 
     def __init__(self, axes=None, keepdims: bool = False):
-        self.axes = axes
+        self.axes = (axes,) if isinstance(axes, int) else axes
         self.keepdims = keepdims
 
     def compute(self, a):
-        axes = normalize_axes(self.axes, a.ndim, "max")
-        return namespace(a).max(a, axis=axes, keepdims=self.keepdims)
+        return namespace(a).max(a, axis=self.axes, keepdims=self.keepdims)
 
     def gradient(self, out_grad, node):
         a = node.inputs[0].realize_cached_data()

@@ -1,0 +1,194 @@
+"""The course applications (simple_ml, mlp_resnet) and the needle-train command line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import needle as ndl
+import needle.apps
+from needle.apps import mlp_resnet, simple_ml, train
+from needle.data import MNIST_FILES, builtin_mnist_dir
+
+MNIST = builtin_mnist_dir()
+TRAIN_IMAGES, TRAIN_LABELS = (MNIST / MNIST_FILES[0], MNIST / MNIST_FILES[1])
+
+
+def np_softmax_loss(Z, y):
+    Z = Z - Z.max(axis=1, keepdims=True)
+    return np.mean(np.log(np.exp(Z).sum(axis=1)) - Z[np.arange(len(y)), y])
+
+
+# ----- simple_ml -------------------------------------------------------------------------
+
+
+def test_parse_mnist_and_loss_err():
+    X, y = simple_ml.parse_mnist(TRAIN_IMAGES, TRAIN_LABELS)
+    assert X.shape == (5000, 784) and X.dtype == np.float32 and y.dtype == np.uint8
+    assert 0.0 <= X.min() and X.max() <= 1.0
+    Z = np.random.default_rng(0).standard_normal((50, 10)).astype(np.float32)
+    loss, err = simple_ml.loss_err(ndl.Tensor(Z), y[:50])
+    np.testing.assert_allclose(loss, np_softmax_loss(Z.astype(np.float64), y[:50]), rtol=1e-5)
+    assert err == np.mean(Z.argmax(1) != y[:50])
+
+
+def test_softmax_loss_matches_numpy(device):
+    rng = np.random.default_rng(1)
+    Z, y = rng.standard_normal((8, 5)), rng.integers(0, 5, 8)
+    got = simple_ml.softmax_loss(ndl.Tensor(Z, device=device),
+                                 ndl.Tensor(np.eye(5)[y], device=device))
+    np.testing.assert_allclose(got.numpy(), np_softmax_loss(Z, y), rtol=1e-10)
+
+
+def test_nn_epoch_matches_a_numpy_epoch(device):
+    X, y = simple_ml.parse_mnist(TRAIN_IMAGES, TRAIN_LABELS)
+    X, y = X[:250].astype(np.float64), y[:250]
+    rng = np.random.default_rng(2)
+    W1, W2 = rng.standard_normal((784, 20)) / 28, rng.standard_normal((20, 10)) / 5
+    # the same epoch by hand: batches in order, the last one partial, plain SGD
+    w1, w2 = W1.copy(), W2.copy()
+    for s in range(0, 250, 100):
+        xb, yb = X[s:s + 100], y[s:s + 100]
+        h = np.maximum(xb @ w1, 0)
+        p = np.exp(h @ w2 - (h @ w2).max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        p[np.arange(len(yb)), yb] -= 1
+        g2 = h.T @ p / len(yb)
+        g1 = xb.T @ ((p @ w2.T) * (h > 0)) / len(yb)
+        w1, w2 = w1 - 0.1 * g1, w2 - 0.1 * g2
+    T1, T2 = ndl.Tensor(W1, device=device), ndl.Tensor(W2, device=device)
+    T1, T2 = simple_ml.nn_epoch(X, y, T1, T2, lr=0.1, batch=100)
+    np.testing.assert_allclose(T1.numpy(), w1, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(T2.numpy(), w2, rtol=1e-9, atol=1e-12)
+
+
+# ----- mlp_resnet --------------------------------------------------------------------------
+
+
+def test_mlp_resnet_structure():
+    model = mlp_resnet.MLPResNet(784, hidden_dim=16, num_blocks=2, num_classes=10)
+    mods = model.modules
+    assert [type(m).__name__ for m in mods] == ["Linear", "ReLU", "Sequential", "Sequential",
+                                                "Linear"]
+    block = mods[2]
+    assert isinstance(block.modules[0], ndl.nn.Residual)
+    assert isinstance(block.modules[1], ndl.nn.ReLU)
+    inner = [type(m).__name__ for m in block.modules[0].fn.modules]
+    assert inner == ["Linear", "BatchNorm1d", "ReLU", "Dropout", "Linear", "BatchNorm1d"]
+    assert block.modules[0].fn.modules[0].weight.shape == (16, 8)
+    # Linear(784,16) + 2 * [Linear(16,8) + BN(8) + Linear(8,16) + BN(16)] + Linear(16,10)
+    expected = (784 * 16 + 16) + 2 * ((16 * 8 + 8) + 16 + (8 * 16 + 16) + 32) + (16 * 10 + 10)
+    assert sum(int(np.prod(p.shape)) for p in model.parameters()) == expected
+
+
+def test_epoch_returns_error_and_batch_weighted_loss(device):
+    np.random.seed(0)
+    X = np.random.rand(30, 12).astype(np.float32)
+    y = np.random.randint(0, 3, 30).astype(np.uint8)
+    model = mlp_resnet.MLPResNet(12, hidden_dim=8, num_blocks=1, num_classes=3, device=device)
+    loader = ndl.data.DataLoader(ndl.data.NDArrayDataset(X, y), batch_size=8, device=device)
+    err, loss = mlp_resnet.epoch(loader, model)  # eval: no optimizer
+    assert not model.training
+    # recompute by hand: batches of 8, 8, 8, 6 weighted by size
+    model.eval()
+    logits = model(ndl.Tensor(X, device=device)).numpy().astype(np.float64)
+    assert err == pytest.approx(np.mean(logits.argmax(1) != y))
+    losses = [np_softmax_loss(logits[s:s + 8], y[s:s + 8]) * len(y[s:s + 8])
+              for s in range(0, 30, 8)]
+    assert loss == pytest.approx(sum(losses) / 30, rel=1e-5)
+    opt = ndl.optim.SGD(model.parameters(), lr=0.1)
+    before = model.parameters()[0].numpy()
+    mlp_resnet.epoch(loader, model, opt)
+    assert model.training and not np.array_equal(before, model.parameters()[0].numpy())
+
+
+def test_train_mnist_on_the_builtin_data():
+    out = mlp_resnet.train_mnist(batch_size=100, epochs=2, hidden_dim=32, data_dir=MNIST)
+    assert len(out) == 4
+    train_err, train_loss, test_err, test_loss = out
+    # chance is an error of 0.9 and a loss of log(10) = 2.3: two short epochs learn a lot
+    assert 0 < train_err < 0.6 and 0 < test_err < 0.4 and test_loss < 1.2
+
+
+def test_apps_import_standalone():
+    folder = Path(needle.apps.__file__).parent
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); "
+            "from mlp_resnet import *; from simple_ml import *; "
+            "print(MLPResNet.__name__, softmax_loss.__name__)")
+    out = subprocess.run([sys.executable, "-c", code, str(folder)], check=True,
+                         capture_output=True, text=True, cwd="/")
+    assert out.stdout.split() == ["MLPResNet", "softmax_loss"]
+
+
+# ----- needle-train ---------------------------------------------------------------------------
+
+FAST = ["--hidden-dim", "16", "--batch-size", "250", "--quiet"]
+
+
+def test_cli_trains_and_reports(capsys):
+    assert train.main(["--epochs", "1", *FAST]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("final: test accuracy") and "1 epochs" in out
+
+
+def test_cli_resumed_run_equals_uninterrupted_run(tmp_path):
+    whole, part = tmp_path / "whole.npz", tmp_path / "part.npz"
+    assert train.main(["--epochs", "2", "--checkpoint", str(whole), *FAST]) == 0
+    assert train.main(["--epochs", "2", "--stop-after", "1", "--checkpoint", str(part),
+                       *FAST]) == 0
+    assert ndl.load(part)["epoch"] == 1
+    assert train.main(["--epochs", "2", "--resume", str(part), "--checkpoint", str(part),
+                       *FAST]) == 0
+    a, b = ndl.load(whole), ndl.load(part)
+    assert a["epoch"] == b["epoch"] == 2
+    for key, value in a["model"].items():
+        np.testing.assert_array_equal(value.numpy(), b["model"][key].numpy(), err_msg=key)
+    for i, state in a["optimizer"]["state"].items():
+        for name, value in state.items():
+            np.testing.assert_array_equal(value.numpy(),
+                                          b["optimizer"]["state"][i][name].numpy())
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--device", "tpu"], "invalid choice: 'tpu'"),
+    (["--data-dir", "{tmp}"], "MNIST files missing in"),
+    (["--epochs", "0"], "--epochs must be at least 1"),
+    (["--lr", "-1"], "--lr must be positive"),
+    (["--resume", "{tmp}/none.npz"], "cannot read the checkpoint"),
+])
+def test_cli_bad_arguments_are_usage_errors(argv, message, tmp_path, capsys):
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    with pytest.raises(SystemExit) as exit_info:
+        train.main(argv + FAST)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage: needle-train" in err and message in err
+
+
+def test_cli_cuda_without_a_gpu_is_a_usage_error(capsys):
+    if ndl.cuda().enabled():
+        pytest.skip("a GPU is present")
+    with pytest.raises(SystemExit) as exit_info:
+        train.main(["--device", "cuda", *FAST])
+    assert exit_info.value.code == 2
+    assert "pip install needle[cuda]" in capsys.readouterr().err
+
+
+def test_cli_resume_with_other_settings_is_refused(tmp_path, capsys):
+    ck = tmp_path / "ck.npz"
+    assert train.main(["--epochs", "2", "--stop-after", "1", "--checkpoint", str(ck),
+                       *FAST]) == 0
+    with pytest.raises(SystemExit):
+        train.main(["--epochs", "2", "--resume", str(ck), "--hidden-dim", "32",
+                    "--batch-size", "250", "--quiet"])
+    assert "hidden_dim=16" in capsys.readouterr().err
+
+
+def test_module_runs_as_a_script():
+    out = subprocess.run([sys.executable, "-m", "needle.apps.train", "--help"], check=True,
+                         capture_output=True, text=True)
+    assert "--checkpoint" in out.stdout and "--resume" in out.stdout
