@@ -457,19 +457,14 @@ def find_topo_sort(node_list: Iterable[Value], *, requiring_grad: bool = False) 
         if root in visited:
             continue
         visited.add(root)
-        stack = [(root, 0)]
+        stack = [(root, iter(root.inputs))]
         while stack:
-            node, i = stack[-1]
-            inputs = node.inputs
-            while i < len(inputs) and (
-                inputs[i] in visited or (requiring_grad and not inputs[i].requires_grad)
-            ):
-                i += 1
-            if i < len(inputs):
-                stack[-1] = (node, i + 1)
-                child = inputs[i]
-                visited.add(child)
-                stack.append((child, 0))
+            node, children = stack[-1]
+            for child in children:  # resumes where this node's walk left off
+                if child not in visited and (child.requires_grad or not requiring_grad):
+                    visited.add(child)
+                    stack.append((child, iter(child.inputs)))
+                    break
             else:
                 stack.pop()
                 order.append(node)
@@ -503,12 +498,16 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
         # back to the node, and a strong reference would make a cycle only gc could free.
         # The adjoint stays alive while the leaves' gradients (which are built on it) are.
         node._grad = grad if grad.op is None else weakref.ref(grad)
-        for inp, partial in zip(node.inputs, op.gradient_as_tuple(grad, node)):
+        parts = op.gradient(grad, node)
+        if parts.__class__ is not tuple:  # what gradient_as_tuple does, inlined
+            parts = tuple(parts) if isinstance(parts, list) else (parts,)
+        for inp, partial in zip(node.inputs, parts):
             if partial is None or not inp.requires_grad:
                 continue
             if inp.__class__ is not TensorTuple:
-                shape = _data(inp).shape
-                if _data(partial).shape != shape:
+                shape = (inp.cached_data if inp.cached_data is not None else _data(inp)).shape
+                pdata = partial.cached_data
+                if (pdata if pdata is not None else _data(partial)).shape != shape:
                     partial = _ops.sum_to_shape(partial, tuple(shape))
             pending = partials_of.get(inp)
             if pending is None:

@@ -34,9 +34,12 @@ def check_gradients(
     hosts = [np.array(a, dtype=np.float64) for a in arrays]
     tensors = [Tensor(x, device=device, dtype="float64") for x in hosts]
     out = fn(*tensors)
+    for t in tensors:  # `fn` may have run backward() itself: no stale first-order gradients
+        t.grad = None
     cotangent = np.random.default_rng(seed).standard_normal(out.shape)
     out.backward(Tensor(cotangent, device=device, dtype="float64", requires_grad=False))
     wrt = tuple(range(len(hosts))) if wrt is None else wrt
+    # read every analytic gradient before probing: the probes may run backward() too
     analytic = []
     for i in wrt:
         grad = tensors[i].grad
@@ -44,6 +47,8 @@ def check_gradients(
         assert got.shape == hosts[i].shape, (
             f"gradient of input {i} has shape {got.shape}, the input has {hosts[i].shape}"
         )
+        analytic.append(got)
+    for i, got in zip(wrt, analytic):
         numeric = np.zeros_like(hosts[i])
         flat = hosts[i].reshape(-1)
         for j in range(flat.size):
@@ -51,8 +56,7 @@ def check_gradients(
             values = []
             for step in (eps, -eps):
                 flat[j] = saved + step
-                probe = list(tensors)
-                probe[i] = Tensor(hosts[i], device=device, dtype="float64")
+                probe = [Tensor(h, device=device, dtype="float64") for h in hosts]
                 values.append(_scalar_objective(fn, probe, cotangent))
             flat[j] = saved
             numeric.reshape(-1)[j] = (values[0] - values[1]) / (2 * eps)
@@ -60,5 +64,4 @@ def check_gradients(
             got, numeric, rtol=rtol, atol=atol,
             err_msg=f"backward() disagrees with finite differences for input {i}",
         )
-        analytic.append(got)
     return analytic

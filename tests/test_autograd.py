@@ -351,3 +351,16 @@ def test_intermediate_nodes_keep_their_gradients(device):
     assert z.grad is not None and z.grad.op is not None
     np.testing.assert_allclose(z.grad.numpy(), 2 * np.array([3.0, -1.0]))
     np.testing.assert_allclose(x.grad.numpy(), 2 * np.array([3.0, -1.0]) * [3.0, 0.5])
+
+
+def test_second_order_through_matmul_tanh_and_broadcasting(device):
+    rng = np.random.default_rng(5)
+    c, d = rng.standard_normal((3, 4)), rng.standard_normal((4, 2))
+
+    def grad_dot(x, w, b):
+        (ndl.tanh(x @ w + b) ** 2).sum().backward()
+        return ((x.grad * ndl.Tensor(c, device=device)).sum()
+                + (w.grad * ndl.Tensor(d, device=device)).sum())
+
+    check_gradients(grad_dot, rng.standard_normal((3, 4)), rng.standard_normal((4, 2)),
+                    rng.standard_normal((2,)), device=device)

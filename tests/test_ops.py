@@ -51,6 +51,23 @@ def np_dilate(a, axes, d):
     return a
 
 
+def np_normalize(a, axes, eps=1e-5):
+    c = a - a.mean(axis=axes, keepdims=True)
+    return c / np.sqrt((c * c).mean(axis=axes, keepdims=True) + eps)
+
+
+def np_normalize_grad(x, g, axes, eps):
+    """The vector-Jacobian product of np_normalize, by the chain rule written out by hand."""
+    n = np.prod([x.shape[a] for a in axes])
+    mu = x.mean(axis=axes, keepdims=True)
+    var = ((x - mu) ** 2).mean(axis=axes, keepdims=True)
+    inv = 1 / np.sqrt(var + eps)
+    # y = (x - mu) inv: through (x - mu) directly, through mu, and through var
+    d_var = np.sum(g * (x - mu), axis=axes, keepdims=True) * -0.5 * inv**3
+    d_mu = -np.sum(g * inv, axis=axes, keepdims=True)
+    return g * inv + d_var * 2 * (x - mu) / n + d_mu / n
+
+
 CASES = [
     # elementwise, with tensors and with scalars
     Case("add", lambda a, b: a + b, np.add, [(3, 4), (3, 4)]),
@@ -121,12 +138,29 @@ CASES = [
          [(2, 3, 4)]),
     Case("logsoftmax", ndl.logsoftmax,
          lambda a: a - np_logsumexp(a, -1)[..., None], [(3, 5)]),
+    # standardisation (the fused core of batch and layer norm) and its fused adjoint
+    Case("normalize_batch", lambda a: ndl.normalize(a, (0,)), lambda a: np_normalize(a, (0,)),
+         [(6, 3)]),
+    Case("normalize_last", lambda a: ndl.normalize(a, -1, eps=0.1),
+         lambda a: np_normalize(a, (-1,), 0.1), [(2, 3, 5)]),
+    Case("normalize_tuple", lambda a: ndl.normalize(a, (0, 2)),
+         lambda a: np_normalize(a, (0, 2)), [(3, 2, 4)]),
+    Case("normalize_grad", lambda x, g: ndl.NormalizeGrad((0,), 1e-5)(x, g),
+         lambda x, g: np_normalize_grad(x, g, (0,), 1e-5), [(5, 3), (5, 3)]),
+    Case("normalize_grad_last", lambda x, g: ndl.NormalizeGrad((1,), 0.5)(x, g),
+         lambda x, g: np_normalize_grad(x, g, (1,), 0.5), [(3, 4), (3, 4)]),
     # matmul, batched with broadcasting
     Case("matmul", ndl.matmul, np.matmul, [(5, 4), (4, 3)]),
     Case("matmul_batch_left", lambda a, b: a @ b, np.matmul, [(6, 6, 5, 4), (4, 3)]),
     Case("matmul_batch_right", lambda a, b: a @ b, np.matmul, [(5, 4), (6, 6, 4, 3)]),
     Case("matmul_batch_both", lambda a, b: a @ b, np.matmul, [(3, 3, 2), (3, 2, 3)]),
     Case("matmul_batch_bcast", lambda a, b: a @ b, np.matmul, [(2, 1, 3, 2), (4, 2, 3)]),
+    Case("matmul_t_a", lambda a, b: ndl.MatMul(True, False)(a, b),
+         lambda a, b: np.swapaxes(a, -1, -2) @ b, [(2, 4, 5), (4, 3)]),
+    Case("matmul_t_b", lambda a, b: ndl.MatMul(False, True)(a, b),
+         lambda a, b: a @ np.swapaxes(b, -1, -2), [(5, 4), (2, 3, 4)]),
+    Case("matmul_t_both", lambda a, b: ndl.MatMul(True, True)(a, b),
+         lambda a, b: np.swapaxes(a, -1, -2) @ np.swapaxes(b, -1, -2), [(4, 5), (3, 4)]),
     Case("matmul_vec", lambda a, b: a @ b, np.matmul, [(4,), (4, 3)]),
     Case("matmul_matvec", lambda a, b: a.matmul(b), np.matmul, [(3, 4), (4,)]),
     # tuples

@@ -37,21 +37,23 @@ class BatchNorm1d(Module):
             inv_std = (self.running_var.realize_cached_data() + self.eps) ** -0.5
             inv_std = Tensor.make_const(inv_std, device=x.device)
             return (x - self.running_mean) * (self.weight * inv_std) + self.bias
-        n = x.shape[0]
-        mean = x.sum((0,)) / n
-        centered = x - mean
-        var = (centered * centered).sum((0,)) / n  # biased, as in the course and PyTorch
-        self._update_running(mean, var)
-        return centered * (self.weight * (var + self.eps) ** -0.5) + self.bias
+        self._update_running(x.realize_cached_data())
+        # one fused node standardises with the batch mean and the biased batch variance
+        return ops.normalize(x, (0,), self.eps) * self.weight + self.bias
 
-    def _update_running(self, mean: Tensor, var: Tensor) -> None:
+    def _update_running(self, data) -> None:
         """running = (1 - m) running + m batch, on raw arrays: no graph is recorded."""
+        xp = self.running_mean.device.xp
+        scale = 1.0 / data.shape[0]
+        mean = xp.sum(data, axis=0) * scale
+        centered = data - mean
+        var = xp.sum(centered * centered, axis=0) * scale  # biased, as in the course
         m = self.momentum
         for buf, batch in ((self.running_mean, mean), (self.running_var, var)):
             old = buf.realize_cached_data()
-            new = old * (1.0 - m) + batch.realize_cached_data() * m
+            new = old * (1.0 - m) + batch * m
             if new.dtype != old.dtype:
-                new = buf.device.xp.astype(new, old.dtype)
+                new = xp.astype(new, old.dtype)
             buf.cached_data = new
 
     def extra_repr(self) -> str:
@@ -89,12 +91,7 @@ class LayerNorm1d(Module):
         if not shape or shape[-1] != self.dim:
             raise ValueError(f"LayerNorm1d: expected input of shape (..., {self.dim}), "
                              f"found {shape}")
-        keep = shape[:-1] + (1,)
-        axis = (len(shape) - 1,)
-        mean = ops.reshape(x.sum(axis) / self.dim, keep)
-        centered = x - mean
-        var = ops.reshape((centered * centered).sum(axis) / self.dim, keep)
-        return centered * (var + self.eps) ** -0.5 * self.weight + self.bias
+        return ops.normalize(x, (len(shape) - 1,), self.eps) * self.weight + self.bias
 
     def extra_repr(self) -> str:
         return f"{self.dim}, eps={self.eps}"

@@ -11,6 +11,7 @@ from .movement import (
     BroadcastTo, Dilate, Flip, GetItem, Permute, Reshape, ScatterItem, Transpose, UnDilate,
     broadcast_to, dilate, flip, get_item, permute, reshape, transpose, undilate,
 )
+from .norm import Normalize, NormalizeGrad, normalize
 from .reduce import (
     LogSumExp, Max, Summation, SumToShape, logsoftmax, logsumexp, max, sum_to_shape,
     summation,
@@ -30,5 +31,5 @@ __all__ = [
     "LogSumExp", "Max", "Summation", "SumToShape", "logsoftmax", "logsumexp", "max",
     "sum_to_shape", "summation", "FusedAddScalars", "MakeTensorTuple", "Split", "Stack",
     "TupleGetItem", "fused_add_scalars", "make_tuple", "split", "stack", "tuple_get_item",
-    "as_scalar", "math_log",
+    "as_scalar", "math_log", "Normalize", "NormalizeGrad", "normalize",
 ]

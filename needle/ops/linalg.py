@@ -3,25 +3,48 @@
 from __future__ import annotations
 
 from ..autograd import Tensor, TensorOp
-from .movement import reshape, transpose
+from ..backends import namespace
+from .movement import reshape
 
 
 class MatMul(TensorOp):
-    """a @ b for tensors of 2 or more dimensions; batch dimensions broadcast."""
+    """a @ b for tensors of 2 or more dimensions; batch dimensions broadcast.
+
+    `transpose_a` / `transpose_b` multiply by the swapped last two axes instead (as BLAS
+    does), so the gradients below need no Transpose nodes.
+    """
+
+    def __init__(self, transpose_a: bool = False, transpose_b: bool = False):
+        self.transpose_a = transpose_a
+        self.transpose_b = transpose_b
 
     def compute(self, a, b):
-        if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
+        if a.ndim < 2 or b.ndim < 2:
+            raise ValueError(f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} are not "
+                             "aligned (the op needs 2 or more dimensions)")
+        if self.transpose_a:
+            a = namespace(a).matrix_transpose(a)
+        if self.transpose_b:
+            b = namespace(b).matrix_transpose(b)
+        if a.shape[-1] != b.shape[-2]:
             raise ValueError(
                 f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} are not aligned"
             )
         return a @ b
 
     def gradient(self, out_grad, node):
+        # C = op(A) op(B) with G = dC: d op(A) = G op(B)^T and d op(B) = op(A)^T G, each
+        # transposed back when its operand was. The engine sums broadcast batch dimensions
+        # back to each operand's shape; an operand that needs no gradient costs no matmul.
         a, b = node.inputs
-        # the engine sums broadcast batch dimensions back to each operand's shape;
-        # an operand that needs no gradient (data) costs no matmul
-        grad_a = out_grad @ transpose(b) if a.requires_grad else None
-        grad_b = transpose(a) @ out_grad if b.requires_grad else None
+        ta, tb = self.transpose_a, self.transpose_b
+        grad_a = grad_b = None
+        if a.requires_grad:
+            grad_a = (MatMul(tb, True)(b, out_grad) if ta else
+                      MatMul(False, not tb)(out_grad, b))
+        if b.requires_grad:
+            grad_b = (MatMul(True, ta)(out_grad, a) if tb else
+                      MatMul(not ta, False)(a, out_grad))
         return grad_a, grad_b
 
 

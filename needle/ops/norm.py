@@ -1,0 +1,92 @@
+"""Standardisation over axes, fused: the core of BatchNorm and LayerNorm in one node.
+
+Written as a composite (mean, subtract, square, mean, power, multiply) it costs a dozen
+nodes forward and about twice that backward; batch and layer norm are hot enough to earn
+one fused op. Its gradient is one fused op too, whose own gradient (second order) is built
+from needle ops, so higher-order gradients still work.
+
+With y = (x - mean) * s over `axes`, s = (var + eps)^(-1/2) and the biased variance:
+    dy/dx = s P,  P v = v - mean(v) - y * mean(y v)      (P is symmetric)
+"""
+
+from __future__ import annotations
+
+from ..autograd import Tensor, TensorOp
+from ..backends import namespace
+from .movement import reshape
+from .reduce import keepdims_shape, normalize_axes, summation
+
+
+def _mean(xp, x, axes):
+    """The keepdims mean over `axes` (sum / count: numpy's mean is several times slower)."""
+    count = 1
+    for ax in axes:
+        count *= x.shape[ax]
+    return xp.sum(x, axis=axes, keepdims=True) * (1.0 / count)
+
+
+def _stats(xp, x, axes, eps):
+    """(y, s): the standardised x and the inverse standard deviation (keepdims)."""
+    centered = x - _mean(xp, x, axes)
+    s = (_mean(xp, centered * centered, axes) + eps) ** -0.5
+    return centered * s, s
+
+
+class Normalize(TensorOp):
+    """(x - mean) / sqrt(var + eps) over `axes`, with the biased variance."""
+
+    def __init__(self, axes, eps: float = 1e-5):
+        self.axes = (axes,) if isinstance(axes, int) else tuple(axes)
+        self.eps = float(eps)
+
+    def compute(self, x):
+        return _stats(namespace(x), x, self.axes, self.eps)[0]
+
+    def gradient(self, out_grad, node):
+        return NormalizeGrad(self.axes, self.eps)(node.inputs[0], out_grad)
+
+
+def normalize(x: Tensor, axes, eps: float = 1e-5) -> Tensor:
+    """Standardise `x` over `axes`: zero mean, unit (biased) variance, plus `eps`."""
+    return Normalize(axes, eps)(x)
+
+
+class NormalizeGrad(TensorOp):
+    """The adjoint of Normalize at x for the output adjoint g: s P g."""
+
+    def __init__(self, axes: tuple, eps: float):
+        self.axes = axes
+        self.eps = eps
+
+    def compute(self, x, g):
+        xp = namespace(x)
+        y, s = _stats(xp, x, self.axes, self.eps)
+        return s * (g - _mean(xp, g, self.axes) - y * _mean(xp, g * y, self.axes))
+
+    def gradient(self, h, node):
+        # F(x, g) = s P g. F is linear in g with a symmetric map: d<F,h>/dg = s P h.
+        # d<F,h>/dx = -s^2 [(mean(gh) - mean(g) mean(h) - m n) y + n P g + m P h],
+        # with m = mean(y g) and n = mean(y h).
+        x, g = node.inputs
+        grad_g = NormalizeGrad(self.axes, self.eps)(x, h) if g.requires_grad else None
+        if not x.requires_grad:
+            return None, grad_g
+        axes = normalize_axes(self.axes, x.ndim)
+        count = 1
+        for ax in axes:
+            count *= x.shape[ax]
+        keep = keepdims_shape(x.shape, axes)
+
+        def mean(t: Tensor) -> Tensor:  # keepdims, so it broadcasts against (…, x.shape)
+            return reshape(summation(t, axes), keep) / count
+
+        y = normalize(x, self.axes, self.eps)
+        centered = x - mean(x)
+        s2 = (mean(centered * centered) + self.eps) ** -1
+        m, n = mean(y * g), mean(y * h)
+
+        def project(v: Tensor) -> Tensor:
+            return v - mean(v) - y * mean(y * v)
+
+        inner = (mean(g * h) - mean(g) * mean(h) - m * n) * y + n * project(g) + m * project(h)
+        return -(s2 * inner), grad_g
