@@ -33,18 +33,15 @@ class Adam(Optimizer):
             return check_range("Adam", name, value, 0.0, 1.0)
         return check_range("Adam", name, value, 0.0)
 
-    def _update(self, i: int, param: Any, grad: Any) -> Any:
+    def _update(self, param: Any, grad: Any, state: dict) -> tuple[Any, dict]:
         b1, b2 = self.beta1, self.beta2
         g = grad if self.weight_decay == 0 else grad + self.weight_decay * param
-        state = self.state.setdefault(i, {})
         m, v = state.get("m"), state.get("v")
         # the moments start at 0, where b m + (1 - b) g is exactly (1 - b) g
         m = (1 - b1) * g if m is None else b1 * m + (1 - b1) * g
         v = (1 - b2) * (g * g) if v is None else b2 * v + (1 - b2) * (g * g)
-        state["m"], state["v"] = m, v
         # lr m^ / (sqrt(v^) + eps) = (lr sqrt(c2) / c1) m / (sqrt(v) + eps sqrt(c2)),
         # with c = 1 - beta^t: the same quantity in five whole-array passes instead of eight
         c1, c2 = 1 - b1**self.t, math.sqrt(1 - b2**self.t)
         xp = namespace(param)
-        return param - (self.lr * c2 / c1) * m / (xp.sqrt(v) + self.eps * c2)
-
+        return param - (self.lr * c2 / c1) * m / (xp.sqrt(v) + self.eps * c2), {"m": m, "v": v}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable, Mapping
 
 from ..autograd import Tensor
@@ -50,20 +51,81 @@ class Optimizer:
         return check_range(type(self).__name__, name, value, 0.0)
 
     def step(self) -> None:
-        """Update every parameter that has a gradient (those whose grad is None are skipped)."""
-        self.t += 1
-        for i, p in enumerate(self.params):
-            grad = p.grad
-            if grad is None:
-                continue
-            param = p.realize_cached_data()
-            g = grad.realize_cached_data()
-            if g.dtype != param.dtype:  # e.g. a float64 gradient of a float32 parameter
-                g = p.device.xp.astype(g, param.dtype)
-            p.cached_data = self._update(i, param, g)
+        """Update every parameter that has a gradient (those whose grad is None are skipped).
 
-    def _update(self, i: int, param: Any, grad: Any) -> Any:
-        """The new raw array of parameter `i` from its raw array and gradient."""
+        Parameters sharing a device and dtype are updated together: their gradients are
+        concatenated into one flat array, the update rule runs once on it (a few whole-array
+        passes instead of a few per parameter), and each parameter gets its slice back.
+        """
+        self.t += 1
+        groups: dict[tuple, list[int]] = {}
+        for i, p in enumerate(self.params):
+            if p.grad is not None:
+                data = p.realize_cached_data()
+                groups.setdefault((p.device, data.dtype), []).append(i)
+        for indices in groups.values():
+            self._step_group(indices)
+
+    def _step_group(self, indices: list[int]) -> None:
+        params = [self.params[i] for i in indices]
+        device = params[0].device
+        xp = device.xp
+        grads = []
+        for p in params:
+            g = p.grad.realize_cached_data()
+            if g.dtype != p.cached_data.dtype:  # e.g. a float64 gradient of a float32 param
+                g = xp.astype(g, p.cached_data.dtype)
+            grads.append(g)
+        if len(params) == 1:
+            i = indices[0]
+            params[0].cached_data, state = self._update(params[0].cached_data, grads[0],
+                                                        self.state.get(i, {}))
+            if state:
+                self.state[i] = state
+            return
+        shapes = [p.cached_data.shape for p in params]
+        flat_p = self._flat_params(indices, params, xp)
+        flat_g = xp.concat([xp.reshape(g, (-1,)) for g in grads])
+        new_p, new_state = self._update(flat_p, flat_g, self._flat_state(indices, params, xp))
+        # hand every parameter (and its state) a view of its slice of the new flat arrays
+        start = 0
+        param_views, state_entries = {}, {}
+        for i, p, shape in zip(indices, params, shapes):
+            end = start + math.prod(shape)
+            p.cached_data = param_views[i] = xp.reshape(new_p[start:end], shape)
+            if new_state:
+                self.state[i] = state_entries[i] = {
+                    name: xp.reshape(a[start:end], shape) for name, a in new_state.items()
+                }
+            start = end
+        self._flat = (tuple(indices), new_p, param_views, new_state, state_entries)
+
+    def _flat_params(self, indices: list[int], params: list[Tensor], xp: Any) -> Any:
+        """The group's parameters as one flat array: last step's, while nothing replaced them."""
+        key, flat, views, _, _ = getattr(self, "_flat", (None,) * 5)
+        if key == tuple(indices) and all(p.cached_data is views[i]
+                                         for i, p in zip(indices, params)):
+            return flat
+        return xp.concat([xp.reshape(p.cached_data, (-1,)) for p in params])
+
+    def _flat_state(self, indices: list[int], params: list[Tensor], xp: Any) -> dict:
+        """The group's state as flat arrays (zeros where a parameter has none yet)."""
+        if not any(i in self.state for i in indices):
+            return {}
+        key, _, _, flat_state, entries = getattr(self, "_flat", (None,) * 5)
+        if key == tuple(indices) and flat_state and all(
+                self.state.get(i) is entries[i] for i in indices):
+            return flat_state  # every per-parameter entry is still last step's view
+        return {
+            name: xp.concat([
+                xp.reshape(self.state.get(i, {}).get(name, xp.zeros_like(p.cached_data)), (-1,))
+                for i, p in zip(indices, params)
+            ])
+            for name in self.state_names
+        }
+
+    def _update(self, param: Any, grad: Any, state: dict) -> tuple[Any, dict]:
+        """The new parameter array and state from the old ones (any shape, elementwise)."""
         raise NotImplementedError
 
     def reset_grad(self) -> None:

@@ -26,13 +26,11 @@ class SGD(Optimizer):
             return check_range("SGD", name, value, 0.0, 1.0)
         return check_range("SGD", name, value, 0.0)
 
-    def _update(self, i: int, param: Any, grad: Any) -> Any:
+    def _update(self, param: Any, grad: Any, state: dict) -> tuple[Any, dict]:
         g = grad if self.weight_decay == 0 else grad + self.weight_decay * param
-        if self.momentum != 0:
-            state = self.state.setdefault(i, {})
-            u = state.get("u")
-            # u starts at 0, where momentum * 0 + (1 - momentum) g is exactly (1 - momentum) g
-            m = self.momentum
-            g = (1 - m) * g if u is None else m * u + (1 - m) * g
-            state["u"] = g
-        return param - self.lr * g
+        if self.momentum == 0:
+            return param - self.lr * g, {}
+        m, u = self.momentum, state.get("u")
+        # u starts at 0, where momentum * 0 + (1 - momentum) g is exactly (1 - momentum) g
+        u = (1 - m) * g if u is None else m * u + (1 - m) * g
+        return param - self.lr * u, {"u": u}
