@@ -55,6 +55,10 @@ class CPUDevice(Device):
         """A contiguous copy of the host array."""
         return np.array(array, copy=True, order="C")
 
+    def adopt_numpy(self, array: np.ndarray) -> np.ndarray:
+        """A fresh array is used as it is."""
+        return array
+
     def to_numpy(self, array: Any) -> np.ndarray:
         """A host copy."""
         return np.array(array, copy=True)

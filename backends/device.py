@@ -140,11 +140,11 @@ class Device:
     # ----- random numbers: numpy's global state, so np.random.seed reproduces the course -----
     def rand(self, *shape) -> Any:
         """Uniform [0, 1) float64 draws, `np.random.rand(*shape)`, placed on this device."""
-        return self.from_numpy(np.asarray(np.random.rand(*shape)))
+        return self.adopt_numpy(np.asarray(np.random.rand(*shape)))
 
     def randn(self, *shape) -> Any:
         """Standard normal float64 draws, `np.random.randn(*shape)`, placed on this device."""
-        return self.from_numpy(np.asarray(np.random.randn(*shape)))
+        return self.adopt_numpy(np.asarray(np.random.randn(*shape)))
 
     # ----- conversion -----------------------------------------------------------------
     def owns(self, array: Any) -> bool:
@@ -154,6 +154,10 @@ class Device:
     def from_numpy(self, array: np.ndarray) -> Any:
         """Copy a host numpy array onto this device, keeping its dtype."""
         raise NotImplementedError
+
+    def adopt_numpy(self, array: np.ndarray) -> Any:
+        """A fresh host array nobody else holds, on this device (cpu takes it without a copy)."""
+        return self.from_numpy(array)
 
     def to_numpy(self, array: Any) -> np.ndarray:
         """A host copy of one of this device's arrays."""
