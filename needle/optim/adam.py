@@ -34,14 +34,28 @@ class Adam(Optimizer):
         return check_range("Adam", name, value, 0.0)
 
     def _update(self, param: Any, grad: Any, state: dict) -> tuple[Any, dict]:
-        b1, b2 = self.beta1, self.beta2
-        g = grad if self.weight_decay == 0 else grad + self.weight_decay * param
+        b1, b2, wd = self.beta1, self.beta2, self.weight_decay
+        # the in-place operators below only touch arrays made here: fewer big temporaries
+        if wd == 0:
+            g = grad
+        else:
+            g = param * wd
+            g += grad
         m, v = state.get("m"), state.get("v")
-        # the moments start at 0, where b m + (1 - b) g is exactly (1 - b) g
-        m = (1 - b1) * g if m is None else b1 * m + (1 - b1) * g
-        v = (1 - b2) * (g * g) if v is None else b2 * v + (1 - b2) * (g * g)
+        step = g * (1 - b1)
+        if m is not None:  # the moments start at 0, where b m + (1 - b) g is (1 - b) g
+            step += m * b1
+        m = step
+        sq = g * g
+        sq *= 1 - b2
+        if v is not None:
+            sq += v * b2
+        v = sq
         # lr m^ / (sqrt(v^) + eps) = (lr sqrt(c2) / c1) m / (sqrt(v) + eps sqrt(c2)),
-        # with c = 1 - beta^t: the same quantity in five whole-array passes instead of eight
+        # with c = 1 - beta^t: the same quantity in fewer whole-array passes
         c1, c2 = 1 - b1**self.t, math.sqrt(1 - b2**self.t)
-        xp = namespace(param)
-        return param - (self.lr * c2 / c1) * m / (xp.sqrt(v) + self.eps * c2), {"m": m, "v": v}
+        denom = namespace(param).sqrt(v)
+        denom += self.eps * c2
+        update = m * (self.lr * c2 / c1)
+        update /= denom
+        return param - update, {"m": m, "v": v}

@@ -36,6 +36,8 @@ class Optimizer:
     hyperparameters: tuple[str, ...] = ()
     #: names of the per-parameter state arrays
     state_names: tuple[str, ...] = ()
+    #: parameters with more elements than this are not batched into the flat update
+    flat_max_size: int = 1 << 15
 
     def __init__(self, params: Iterable[Tensor]):
         self.params = list(params)
@@ -53,16 +55,21 @@ class Optimizer:
     def step(self) -> None:
         """Update every parameter that has a gradient (those whose grad is None are skipped).
 
-        Parameters sharing a device and dtype are updated together: their gradients are
+        Small parameters sharing a device and dtype are updated together: their gradients are
         concatenated into one flat array, the update rule runs once on it (a few whole-array
         passes instead of a few per parameter), and each parameter gets its slice back.
+        Parameters above `flat_max_size` elements are updated one by one: for them the
+        per-call cost is negligible and a copy into a flat buffer would not be.
         """
         self.t += 1
         groups: dict[tuple, list[int]] = {}
         for i, p in enumerate(self.params):
             if p.grad is not None:
                 data = p.realize_cached_data()
-                groups.setdefault((p.device, data.dtype), []).append(i)
+                if math.prod(data.shape) > self.flat_max_size:  # big: its own passes
+                    self._step_group([i])
+                else:
+                    groups.setdefault((p.device, data.dtype), []).append(i)
         for indices in groups.values():
             self._step_group(indices)
 
