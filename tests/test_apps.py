@@ -188,7 +188,8 @@ def test_cli_resume_with_other_settings_is_refused(tmp_path, capsys):
     assert "hidden_dim=16" in capsys.readouterr().err
 
 
-def test_module_runs_as_a_script():
+def test_module_runs_as_a_script(tmp_path):
+    # from a neutral folder: the installed needle, not the source tree, must answer
     out = subprocess.run([sys.executable, "-m", "needle.apps.train", "--help"], check=True,
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, cwd=tmp_path)
     assert "--checkpoint" in out.stdout and "--resume" in out.stdout

@@ -99,10 +99,10 @@ def test_cuda_can_be_constructed_and_asked_without_a_gpu():
         dev.zeros(2)
 
 
-def test_import_does_not_probe_a_gpu():
+def test_import_does_not_probe_a_gpu(tmp_path):
     code = ("import sys, needle; needle.cuda(); "
             "assert 'cupy' not in sys.modules, 'cupy imported at import time'")
-    subprocess.run([sys.executable, "-c", code], check=True)
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path)
 
 
 def test_cuda_probe_logic_with_a_fake_cupy(monkeypatch):
