@@ -131,7 +131,6 @@ class Value:
         op: Op | None,
         inputs: Iterable[Value],
         *,
-        num_outputs: int = 1,
         cached_data: Any = None,
         requires_grad: bool | None = None,
         device: Device | None = None,
