@@ -14,7 +14,7 @@ from .strict import STRICT_DEVICES, StrictDevice
 
 __all__ = [
     "Device", "CPUDevice", "CUDADevice", "StrictDevice", "cpu", "cpu_numpy", "cuda", "strict",
-    "default_device", "all_devices", "namespace", "device_of", "host_array",
+    "get_device", "default_device", "all_devices", "namespace", "device_of", "host_array",
 ]
 
 _DEVICES: dict[tuple[type, int], Device] = {}
@@ -44,6 +44,17 @@ def cuda(index: int = 0) -> Device:
 def strict(index: int = 0) -> Device:
     """The array-api-strict reference device (index 1 and 2 are its extra test devices)."""
     return _get(StrictDevice, index)
+
+
+_KINDS: dict[str, type] = {"cpu": CPUDevice, "cuda": CUDADevice, "strict": StrictDevice}
+
+
+def get_device(kind: str, index: int = 0) -> Device:
+    """The device of `kind` ("cpu", "cuda" or "strict") and `index`; how devices unpickle."""
+    cls = _KINDS.get(kind)
+    if cls is None:
+        raise ValueError(f"unknown device kind {kind!r}; needle has {', '.join(_KINDS)}")
+    return _get(cls, index)
 
 
 def default_device() -> Device:

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .device import Device
+from .device import NUMERIC_KINDS, Device
 
 
 def _sum(x, /, *, axis=None, dtype=None, keepdims=False):
@@ -48,8 +48,8 @@ class CPUDevice(Device):
         return numpy_namespace(), "cpu"
 
     def owns(self, array: Any) -> bool:
-        """numpy arrays (and numpy scalars) live here."""
-        return isinstance(array, (np.ndarray, np.generic))
+        """Numeric and bool numpy arrays (and scalars) live here; str or object ones do not."""
+        return isinstance(array, (np.ndarray, np.generic)) and array.dtype.kind in NUMERIC_KINDS
 
     def from_numpy(self, array: np.ndarray) -> np.ndarray:
         """A contiguous copy of the host array."""

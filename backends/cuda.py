@@ -19,6 +19,7 @@ class CUDADevice(Device):
     def __init__(self, index: int = 0):
         super().__init__(index)
         self._reason: str | None = None
+        self._cupy: Any = None  # the cupy module, set by _load
 
     def unavailable_reason(self) -> str:
         """Why cuda cannot be used here, or an empty string when it can."""
@@ -31,9 +32,10 @@ class CUDADevice(Device):
         return self.unavailable_reason() == ""
 
     def _load(self) -> tuple[Any, Any]:
-        import array_api_compat.cupy as xp
+        import array_api_compat.cupy as xp  # only after _probe found cupy and the GPU
         import cupy
 
+        self._cupy = cupy
         return xp, cupy.cuda.Device(self.index)
 
     def owns(self, array: Any) -> bool:
@@ -44,13 +46,13 @@ class CUDADevice(Device):
 
     def from_numpy(self, array: np.ndarray) -> Any:
         """Copy a host array to this GPU."""
-        import cupy
-
-        with cupy.cuda.Device(self.index):
-            return cupy.array(array, copy=True)
+        self._require()  # RuntimeError with the install hint when cupy or the GPU is missing
+        with self._native:
+            return self._cupy.array(array, copy=True)
 
     def to_numpy(self, array: Any) -> np.ndarray:
         """Copy to the host (cupy refuses implicit conversion)."""
+        self._require()
         return array.get()
 
 

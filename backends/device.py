@@ -11,14 +11,18 @@ DTYPE_NAMES = (
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "float32", "float64", "complex64", "complex128",
 )
+# numpy dtype kinds that tensors hold: bool, signed and unsigned int, float, complex
+NUMERIC_KINDS = "biufc"
 
 
 class Device:
     """A place where arrays live: an array-API namespace plus a native device object.
 
     Subclasses set `kind` and implement `_load()` (returning the namespace and the native
-    device), and may override `enabled()`, `asarray_from_host()` and `to_numpy()`.
-    The namespace is resolved once per device, on first use, never at import time.
+    device), `owns()`, `from_numpy()` and `to_numpy()`, and may override `enabled()`.
+    The namespace is resolved once per device, on first use, never at import time; every
+    entry point raises the device's RuntimeError (with its install hint) where it cannot be
+    used. A device pickles and copies as its kind and index, back to the cached device.
     """
 
     kind = "device"
@@ -42,6 +46,13 @@ class Device:
 
     def __hash__(self) -> int:
         return hash((self.kind, self.index))
+
+    def __reduce__(self) -> tuple:
+        # by kind and index: a device holds its namespace module, which cannot be pickled,
+        # and unpickling (or copying) must give back the cached device itself
+        from . import get_device
+
+        return get_device, (self.kind, self.index)
 
     # ----- namespace ------------------------------------------------------------------
     def enabled(self) -> bool:
@@ -111,6 +122,11 @@ class Device:
         """The numpy dtype equal to a native dtype, so `t.dtype == "float32"` on every device."""
         return native
 
+    @property
+    def array_type(self) -> type:
+        """The class of this device's arrays (numpy.ndarray on cpu)."""
+        return type(self.empty((0,)))
+
     # ----- creation -------------------------------------------------------------------
     def zeros(self, *shape, dtype: Any = "float32") -> Any:
         """An array of zeros (`zeros(2, 3)` or `zeros((2, 3))`)."""
@@ -140,10 +156,12 @@ class Device:
     # ----- random numbers: numpy's global state, so np.random.seed reproduces the course -----
     def rand(self, *shape) -> Any:
         """Uniform [0, 1) float64 draws, `np.random.rand(*shape)`, placed on this device."""
+        self._require()  # an unavailable device raises before the draw changes numpy's state
         return self.adopt_numpy(np.asarray(np.random.rand(*shape)))
 
     def randn(self, *shape) -> Any:
         """Standard normal float64 draws, `np.random.randn(*shape)`, placed on this device."""
+        self._require()
         return self.adopt_numpy(np.asarray(np.random.randn(*shape)))
 
     # ----- conversion -----------------------------------------------------------------
@@ -175,10 +193,14 @@ class Device:
                 return xp.asarray(obj, copy=True)
             return xp.astype(obj, dt)  # a copy
         host = host_array(obj)
+        if host.dtype.kind not in NUMERIC_KINDS:
+            raise TypeError(
+                f"tensor data must be numbers or booleans, not {type(obj).__name__} "
+                f"(numpy dtype {host.dtype})"
+            )
         if dt is not None:  # cast on the host, so the data is copied once
             host = host.astype(self.public_dtype(dt), copy=False)
-        out = self.from_numpy(host)
-        return out
+        return self.from_numpy(host)
 
 
 def _shape(shape: tuple) -> tuple:

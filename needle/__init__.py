@@ -8,11 +8,14 @@ from .autograd import (
     TensorTuple,
     TensorTupleOp,
     Value,
+    enable_grad,
     is_grad_enabled,
     no_grad,
+    set_grad_enabled,
 )
+from .backend_ndarray import course_getattr as _course_getattr
 from .backends import Device, all_devices, cpu, cpu_numpy, cuda, default_device, strict
-from .backends.checkpoint import load, save
+from .serialization import load, save
 from .init import ones, ones_like, zeros, zeros_like
 from .ops import *  # noqa: F403
 
@@ -21,7 +24,11 @@ __version__ = "0.1.0"
 __all__ = [
     "autograd", "backends", "data", "init", "nn", "ops", "optim",
     "Op", "Tensor", "TensorOp", "TensorTuple", "TensorTupleOp", "Value", "is_grad_enabled",
-    "no_grad", "Device", "all_devices", "cpu", "cpu_numpy", "cuda", "default_device", "strict",
+    "no_grad", "enable_grad", "set_grad_enabled",
+    "Device", "all_devices", "cpu", "cpu_numpy", "cuda", "default_device", "strict",
     "load", "save", "ones", "ones_like", "zeros", "zeros_like",
 ]
 __all__ += ops.__all__
+
+# the course's `array_api` and `NDArray`, resolved on first use (see needle/backend_ndarray.py)
+__getattr__ = _course_getattr(__name__)

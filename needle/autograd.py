@@ -2,45 +2,85 @@
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import weakref
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
+from .backend_ndarray import course_getattr
 from .backends import Device, default_device, device_of
 
 # Defer computation until realize_cached_data() is called (the course's lazy mode).
 LAZY_MODE = False
 # Number of live Values, for spotting leaked graphs.
 TENSOR_COUNTER = 0
-# Turned off inside `no_grad()`: results are then detached constants.
-_GRAD_ENABLED = True
 
 
-class no_grad:
-    """Context manager (and decorator) under which no op is recorded in the graph."""
+# Grad mode, per thread as in PyTorch (and per asyncio task): a ContextVar, because a new
+# thread starts in an empty context, so with recording on, and no thread sees another's mode.
+_grad_mode: contextvars.ContextVar[bool] = contextvars.ContextVar("grad_mode", default=True)
+# make_from_op reads it through this bound method: ~10 ns, a threading.local costs ~50 ns
+_grad_enabled = _grad_mode.get
+# the modes that open `with` blocks restore on exit, innermost last
+_saved_modes: contextvars.ContextVar[tuple[bool, ...]] = contextvars.ContextVar(
+    "saved_grad_modes", default=())
 
-    def __enter__(self) -> no_grad:
-        global _GRAD_ENABLED
-        self._prev = _GRAD_ENABLED
-        _GRAD_ENABLED = False
+
+class _GradModeContext:
+    """Sets this thread's grad mode to `mode` inside a `with` block; usable as a decorator."""
+
+    mode: bool
+
+    def __enter__(self) -> _GradModeContext:
+        # the previous mode is kept per thread, not on self: one instance may be shared,
+        # nested, or used by several threads at once
+        _saved_modes.set(_saved_modes.get() + (_grad_enabled(),))
+        _grad_mode.set(self.mode)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        global _GRAD_ENABLED
-        _GRAD_ENABLED = self._prev
+        saved = _saved_modes.get()
+        _grad_mode.set(saved[-1])
+        _saved_modes.set(saved[:-1])
 
-    def __call__(self, fn):
-        def wrapper(*args, **kwargs):
-            with no_grad():
+    def __call__(self, fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with self:
                 return fn(*args, **kwargs)
 
-        wrapper.__name__ = getattr(fn, "__name__", "wrapper")
-        wrapper.__doc__ = getattr(fn, "__doc__", None)
         return wrapper
 
 
+class no_grad(_GradModeContext):
+    """Context manager (and decorator) under which this thread records no op in the graph."""
+
+    mode = False
+
+
+class enable_grad(_GradModeContext):
+    """Context manager (and decorator) that turns recording back on inside `no_grad()`."""
+
+    mode = True
+
+
+class set_grad_enabled:
+    """Set this thread's grad mode now; as a context manager, restore the old mode on exit."""
+
+    def __init__(self, mode: bool) -> None:
+        self._prev = _grad_enabled()
+        _grad_mode.set(bool(mode))
+
+    def __enter__(self) -> set_grad_enabled:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _grad_mode.set(self._prev)
+
+
 def is_grad_enabled() -> bool:
-    """False inside `no_grad()`."""
-    return _GRAD_ENABLED
+    """False while this thread is inside `no_grad()`."""
+    return _grad_enabled()
 
 
 class Op:
@@ -126,32 +166,35 @@ class Value:
         global TENSOR_COUNTER
         TENSOR_COUNTER -= 1
 
+    def __reduce__(self) -> tuple:
+        """Pickle (and copy) as a leaf: the data through the host, exactly, on the same device.
+
+        `requires_grad` is kept and so is a leaf's `.grad`; the graph is not copied, so a
+        non-leaf comes back as a leaf holding its value (like `detach()`, but still
+        requiring grad when it did).
+        """
+        data, device = self.realize_cached_data(), self.device
+        if isinstance(data, tuple):  # a TensorTuple
+            host = tuple(device.to_numpy(a) for a in data)
+        else:
+            host = device.to_numpy(data)
+        grad = self.grad if self.op is None else None
+        return _rebuild_value, (type(self), device, host, self.requires_grad, grad)
+
     def _init(
         self,
         op: Op | None,
         inputs: Iterable[Value],
         *,
         cached_data: Any = None,
-        requires_grad: bool | None = None,
+        requires_grad: bool = False,
         device: Device | None = None,
     ) -> None:
+        """Fill in every field (the course's constructor body): for leaves; ops use make_from_op."""
         global TENSOR_COUNTER
         TENSOR_COUNTER += 1
-        inputs = tuple(inputs)
-        if inputs:
-            first = inputs[0].device
-            for x in inputs:
-                if x.device is not first and x.device != first:
-                    raise ValueError(
-                        f"{type(op).__name__}: inputs are on different devices "
-                        f"({', '.join(str(x.device) for x in inputs)}); move them with .to()"
-                    )
-            if device is None:
-                device = first
-        if requires_grad is None:
-            requires_grad = _GRAD_ENABLED and any(x.requires_grad for x in inputs)
         self.op = op
-        self.inputs = inputs
+        self.inputs = tuple(inputs)
         self.cached_data = cached_data
         self.requires_grad = requires_grad
         self.device = device
@@ -182,7 +225,9 @@ class Value:
                     f"({', '.join(str(x.device) for x in inputs)}); move them with .to()"
                 )
             if x.requires_grad:
-                requires_grad = _GRAD_ENABLED
+                requires_grad = True
+        if requires_grad:
+            requires_grad = _grad_enabled()  # read once: this thread's no_grad()
         value.device = device
         value._grad = None
         value.requires_grad = requires_grad
@@ -200,6 +245,18 @@ class Value:
         else:  # nothing to differentiate: keep no references to the inputs
             value.op, value.inputs = None, ()
         return value
+
+
+def _rebuild_value(cls: type, device: Device, host: Any, requires_grad: bool,
+                   grad: Value | None) -> Value:
+    """What a pickled Value unpickles to: a leaf of class `cls` holding the host data."""
+    if isinstance(host, tuple):
+        data = tuple(device.adopt_numpy(a) for a in host)
+    else:
+        data = device.adopt_numpy(host)  # unpickled (or deep-copied) arrays are fresh
+    value = cls.make_const(data, requires_grad, device=device)
+    value._grad = grad
+    return value
 
 
 class TensorTuple(Value):
@@ -257,6 +314,11 @@ class Tensor(Value):
         **kwargs: Any,
     ):
         try:
+            if kwargs:  # the course's signature takes **kwargs; PyTorch rejects unknown ones
+                raise TypeError(
+                    f"Tensor() got unexpected keyword argument(s) {', '.join(map(repr, kwargs))}"
+                    "; it takes device, dtype and requires_grad"
+                )
             if isinstance(array, Tensor):
                 device = array.device if device is None else device
                 dtype = array.dtype if dtype is None else dtype
@@ -296,7 +358,10 @@ class Tensor(Value):
         return self.numpy().item()
 
     def __len__(self) -> int:
-        return self.shape[0]
+        shape = self.shape
+        if not shape:
+            raise TypeError("len() of a 0-d tensor")
+        return shape[0]
 
     def to(self, device: Device) -> Tensor:
         """This tensor on `device` (itself when already there); the copy is a new leaf."""
@@ -329,27 +394,39 @@ class Tensor(Value):
     def backward(self, out_grad: Tensor | None = None, *, create_graph: bool = True) -> None:
         """Set `.grad` on every node that this tensor depends on.
 
-        `out_grad` defaults to ones of this tensor's shape. The gradients are built from
-        needle ops and can be differentiated again; `create_graph=False` records no graph
-        for them (faster, and no reference cycles between nodes and their gradients).
+        `out_grad` defaults to ones of this tensor's shape; a Tensor `out_grad` must have this
+        tensor's device, shape and dtype (ValueError otherwise, as PyTorch does), while an array
+        or list is converted to them. The gradients are built from needle ops and can be
+        differentiated again; `create_graph=False` records no graph for them (faster, and no
+        reference cycles between nodes and their gradients).
         """
         if out_grad is None:
             out_grad = Tensor.make_const(
                 self.device.ones(self.shape, dtype=self.realize_cached_data().dtype),
                 device=self.device,
             )
-        elif not isinstance(out_grad, Tensor):
-            out_grad = Tensor(out_grad, device=self.device, dtype=self.dtype,
-                              requires_grad=False)
-        if out_grad.shape != self.shape:
-            raise ValueError(
-                f"backward: out_grad has shape {out_grad.shape}, the tensor has {self.shape}"
-            )
+        else:
+            if not isinstance(out_grad, Tensor):
+                out_grad = Tensor(out_grad, device=self.device, dtype=self.dtype,
+                                  requires_grad=False)
+            self._check_out_grad(out_grad)
         if create_graph:
             compute_gradient_of_variables(self, out_grad)
         else:
             with no_grad():
                 compute_gradient_of_variables(self, out_grad)
+
+    def _check_out_grad(self, out_grad: Tensor) -> None:
+        """Raise a ValueError naming both sides unless `out_grad` fits this tensor."""
+        if out_grad.device != self.device:
+            raise ValueError(f"backward: out_grad is on {out_grad.device}, the tensor is on "
+                             f"{self.device}; move it with .to()")
+        if out_grad.shape != self.shape:
+            raise ValueError(f"backward: out_grad has shape {out_grad.shape}, the tensor has "
+                             f"{self.shape}")
+        if out_grad.dtype != self.dtype:  # gradients keep their tensor's dtype
+            raise ValueError(f"backward: out_grad has dtype {out_grad.dtype}, the tensor has "
+                             f"{self.dtype}")
 
     # ----- printing ------------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -396,8 +473,7 @@ class Tensor(Value):
         return _make(_ops.PowerScalar(other), (self,))
 
     def __rpow__(self, other: Any) -> Tensor:
-        # c ** x = exp(x * log c)
-        return _ops.exp(_ops.MulScalar(_ops.math_log(other))(self))
+        return _make(_ops.RPowerScalar(other), (self,))
 
     def __neg__(self) -> Tensor:
         return _make(_ops.Negate(), (self,))
@@ -522,3 +598,6 @@ def _data(value: Value) -> Any:
 
 
 from . import ops as _ops  # noqa: E402  (ops imports this module; bound after Tensor exists)
+
+# the course's `array_api` and `NDArray`, resolved on first use
+__getattr__ = course_getattr(__name__)

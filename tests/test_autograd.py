@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import re
 
 import numpy as np
 import pytest
@@ -10,6 +11,17 @@ import pytest
 import needle as ndl
 from needle import autograd
 from needle.testing import check_gradients
+
+
+@pytest.fixture
+def quiet_gc():
+    """Collect earlier tests' garbage, then keep the collector off: live-Value counts taken
+    in the test change only through the test's own objects, whatever ran before it."""
+    gc.collect()
+    gc.disable()
+    yield
+    gc.enable()
+
 
 # ----- construction and members ---------------------------------------------------------
 
@@ -68,6 +80,37 @@ def test_repr_and_str(device):
     t = ndl.Tensor([1.0, 2.0], device=device)
     assert repr(t).startswith("needle.Tensor([1. 2.]")
     assert str(t) == "[1. 2.]"
+
+
+def test_unknown_keywords_are_rejected_by_name():
+    with pytest.raises(TypeError, match="'dvice', 'dtpye'"):
+        ndl.Tensor([1.0], dvice=ndl.strict(), dtpye="float16")
+    t = ndl.Tensor([1.0], device=ndl.cpu(), dtype="float32", requires_grad=False)
+    assert t.dtype == "float32" and not t.requires_grad
+
+
+@pytest.mark.parametrize("data, named", [
+    (None, "NoneType"), ({"a": 1}, "dict"), (["a"], "list.*<U1"), (np.array(["a"]), "<U1"),
+    (np.array([b"ab"]), "S2"), (np.array([1.0, None], dtype=object), "object"),
+])
+def test_strings_objects_and_none_are_not_tensor_data(device, data, named):
+    with pytest.raises(TypeError, match=f"numbers or booleans.*{named}"):
+        ndl.Tensor(data, device=device)
+
+
+def test_len_of_a_zero_dim_tensor(device):
+    assert len(ndl.Tensor(np.ones((3, 2)), device=device)) == 3
+    with pytest.raises(TypeError, match=r"len\(\) of a 0-d tensor"):
+        len(ndl.Tensor(1.0, device=device))
+
+
+def test_course_init_makes_a_leaf(device):
+    data = device.asarray([1.0, 2.0])
+    t = ndl.Tensor.__new__(ndl.Tensor)
+    t._init(None, [], cached_data=data, requires_grad=True, device=device)
+    assert t.is_leaf() and t.inputs == () and t.requires_grad and t.cached_data is data
+    (t * 2).sum().backward()
+    np.testing.assert_allclose(t.grad.numpy(), [2.0, 2.0])
 
 
 def test_tensors_are_dict_keys_compared_by_identity():
@@ -141,6 +184,24 @@ def test_backward_out_grad_shape_is_checked(device):
     x = ndl.Tensor(np.ones((2, 3)), device=device)
     with pytest.raises(ValueError, match=r"\(3,\).*\(2, 3\)"):
         (x * 3).backward(ndl.Tensor(np.ones(3), device=device))
+
+
+def test_backward_out_grad_device_is_checked(device):
+    other = ndl.strict(1) if device.kind == "strict" else ndl.strict()
+    x = ndl.Tensor([1.0, 2.0], device=device)
+    with pytest.raises(ValueError, match=re.escape(f"on {other}, the tensor is on {device}")):
+        (x * 3).backward(ndl.Tensor([1.0, 1.0], device=other))
+    assert x.grad is None
+
+
+def test_backward_out_grad_dtype_is_checked(device):
+    x = ndl.Tensor([1.0, 2.0], device=device, dtype="float32")
+    with pytest.raises(ValueError, match="dtype float64, the tensor has float32"):
+        (x * 3).backward(ndl.Tensor([1.0, 1.0], device=device, dtype="float64"))
+    # host data is converted to the tensor's device and dtype
+    (x * 3).backward(np.array([1.0, 2.0]))
+    assert x.grad.dtype == "float32" and x.grad.device == device
+    np.testing.assert_array_equal(x.grad.numpy(), [3.0, 6.0])
 
 
 def test_second_backward_overwrites_grad(device):
@@ -234,7 +295,7 @@ def test_no_grad_as_decorator():
     assert f(ndl.Tensor([1.0])).op is None
 
 
-def test_detach_and_data_share_storage_and_add_no_node(device):
+def test_detach_and_data_share_storage_and_add_no_node(device, quiet_gc):
     w = ndl.Tensor([1.0, 2.0], device=device, dtype="float32")
     d = w.detach()
     assert d.cached_data is w.cached_data and d.op is None and not d.requires_grad
@@ -242,8 +303,7 @@ def test_detach_and_data_share_storage_and_add_no_node(device):
     g = ndl.Tensor([10.0, 10.0], device=device, dtype="float32")
     before = autograd.TENSOR_COUNTER
     w.data = w.data + (-0.1) * g.data
-    gc.collect()
-    assert autograd.TENSOR_COUNTER == before  # temporaries freed, nothing recorded
+    assert autograd.TENSOR_COUNTER == before  # temporaries freed at once, nothing recorded
     assert w.op is None and w.inputs == ()
     np.testing.assert_allclose(w.numpy(), [0.0, 1.0], atol=1e-7)
 
@@ -257,15 +317,14 @@ def test_data_setter_allows_new_shape_and_rejects_new_dtype(device):
     assert w.shape == (2, 2) and w.dtype == "float32"
 
 
-def test_tensor_counter_returns_to_baseline(device):
-    gc.collect()
+def test_tensor_counter_returns_to_baseline(device, quiet_gc):
     base = autograd.TENSOR_COUNTER
     x = ndl.Tensor(np.ones((3, 3)), device=device)
     y = ndl.logsumexp(ndl.relu(x @ x) * 2, axes=1).sum()
     y.backward()
     assert autograd.TENSOR_COUNTER > base + 5
     del x, y
-    gc.collect()
+    gc.collect()  # x -> x.grad -> its graph -> x is a cycle
     assert autograd.TENSOR_COUNTER == base
 
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import ast
+import copy
+import pathlib
+import pickle
 import subprocess
 import sys
 import types
@@ -10,8 +14,8 @@ import numpy as np
 import pytest
 
 import needle as ndl
-from needle import backends
-from needle.backends.cuda import CUDADevice
+from needle import backends, init, nn
+from needle.backends.cuda import INSTALL_HINT, CUDADevice
 
 
 def test_names_and_identity():
@@ -101,7 +105,8 @@ def test_cuda_can_be_constructed_and_asked_without_a_gpu():
 
 def test_import_does_not_probe_a_gpu(tmp_path):
     code = ("import sys, needle; needle.cuda(); "
-            "assert 'cupy' not in sys.modules, 'cupy imported at import time'")
+            "assert 'cupy' not in sys.modules, 'cupy imported at import time'; "
+            "assert all(d._xp is None for d in needle.all_devices()), 'a device was loaded'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path)
 
 
@@ -129,3 +134,143 @@ def test_strict_devices_reject_mixing():
     b = ndl.Tensor([1.0], device=ndl.strict(1))
     with pytest.raises(ValueError, match=r"strict\(\).*strict\(1\)"):
         a * b
+
+
+def test_strings_and_objects_are_not_tensor_data(device):
+    for data, named in ((None, "NoneType"), ({"a": 1}, "dict"), (["a"], "list"),
+                        (np.array(["a", "b"]), "<U1"), (np.array([b"a"]), "S1"),
+                        (np.array([1, None], dtype=object), "object")):
+        with pytest.raises(TypeError, match=f"numbers or booleans.*{named}"):
+            device.asarray(data)
+    assert not ndl.cpu().owns(np.array(["a"]))
+
+
+# ----- pickling: by kind and index, back to the cached device ---------------------------------
+
+
+def test_devices_pickle_and_copy_to_the_cached_device():
+    for dev in (ndl.cpu(), ndl.cuda(), ndl.cuda(1), ndl.strict(), ndl.strict(1)):
+        assert pickle.loads(pickle.dumps(dev)) is dev
+        assert copy.deepcopy(dev) is dev and copy.copy(dev) is dev
+    assert copy.deepcopy({"d": ndl.strict(2)})["d"] is ndl.strict(2)
+
+
+def test_get_device_by_kind_and_index():
+    assert backends.get_device("cpu") is ndl.cpu()
+    assert backends.get_device("strict", 1) is ndl.strict(1)
+    assert backends.get_device("cuda", 0) is ndl.cuda()
+    with pytest.raises(ValueError, match="'tpu'.*cpu, cuda, strict"):
+        backends.get_device("tpu")
+
+
+# ----- the course's names: array_api and NDArray ---------------------------------------------
+
+
+def test_course_array_api_and_ndarray_are_the_default_devices():
+    xp = ndl.default_device().xp
+    for module in (ndl, ndl.autograd, ndl.backend_ndarray):
+        assert module.array_api is xp
+        assert module.NDArray is np.ndarray
+    from needle.autograd import NDArray, array_api
+
+    assert array_api is xp and NDArray is np.ndarray
+    assert isinstance(ndl.Tensor([1.0]).cached_data, ndl.NDArray)
+    assert isinstance(array_api.ones(2), NDArray)
+    with pytest.raises(AttributeError, match="'needle.autograd' has no attribute 'NDArrays'"):
+        _ = ndl.autograd.NDArrays
+
+
+def test_course_names_in_ops():
+    """Needs `__getattr__ = course_getattr(__name__)` in needle/ops/__init__.py."""
+    assert ndl.ops.array_api is ndl.default_device().xp and ndl.ops.NDArray is np.ndarray
+    with pytest.raises(AttributeError, match="'needle.ops' has no attribute 'nope'"):
+        _ = ndl.ops.nope
+
+
+def test_array_type(device):
+    assert isinstance(device.zeros(2), device.array_type)
+    assert isinstance(ndl.Tensor([1.0], device=device).cached_data, device.array_type)
+
+
+# ----- nothing imports cupy but the cuda device's availability check --------------------------
+
+
+def test_cuda_entry_points_without_cupy_raise_the_install_hint(tmp_path):
+    dev = ndl.cuda()
+    if dev.enabled():
+        pytest.skip("a GPU is present: the disabled path is tested on machines without one")
+    path = tmp_path / "w.npz"
+    ndl.save({"w": ndl.Tensor([1.0, 2.0])}, path)
+    host = np.ones(2)
+    calls = {
+        "Tensor": lambda: ndl.Tensor([1.0], device=dev),
+        "Linear": lambda: nn.Linear(2, 3, device=dev),
+        "init.rand": lambda: init.rand(2, device=dev),
+        "init.randn": lambda: init.randn(2, device=dev),
+        "init.zeros": lambda: init.zeros(2, device=dev),
+        "load": lambda: ndl.load(path, device=dev),
+        "from_numpy": lambda: dev.from_numpy(host),
+        "adopt_numpy": lambda: dev.adopt_numpy(host),
+        "to_numpy": lambda: dev.to_numpy(host),
+        "asarray": lambda: dev.asarray(host),
+        "rand": lambda: dev.rand(2),
+        "randn": lambda: dev.randn(2),
+        "zeros": lambda: dev.zeros(2),
+        "one_hot": lambda: dev.one_hot(3, host),
+        "dtype": lambda: dev.dtype("float32"),
+        "xp": lambda: dev.xp,
+        "array_type": lambda: dev.array_type,
+    }
+    state = np.random.get_state()[1].copy()
+    wrong = {}
+    for name, call in calls.items():
+        try:
+            call()
+            wrong[name] = "no error"
+        except Exception as e:
+            if not (isinstance(e, RuntimeError) and INSTALL_HINT in str(e)):
+                wrong[name] = repr(e)
+    assert not wrong
+    np.testing.assert_array_equal(np.random.get_state()[1], state)  # no draws were wasted
+
+
+def _imports(path: pathlib.Path):
+    """(module, level, enclosing function or None) for every import statement in `path`."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = []
+
+    def visit(node, function):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Import):
+                found.extend((alias.name, 0, function) for alias in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                found.append((child.module or "", child.level, function))
+            name = child.name if isinstance(child, (ast.FunctionDef,
+                                                    ast.AsyncFunctionDef)) else function
+            visit(child, name)
+
+    visit(tree, None)
+    return found
+
+
+def _sources():
+    roots = (pathlib.Path(ndl.__file__).parent, pathlib.Path(backends.__file__).parent)
+    return sorted({p for root in roots for p in root.rglob("*.py")})
+
+
+def test_cupy_is_imported_only_by_the_cuda_device_after_its_check():
+    allowed = {("cuda.py", "_probe"), ("cuda.py", "_load")}  # the check; after the check
+    bad = [f"{path.name}:{function or 'module level'} imports {module}"
+           for path in _sources() for module, _, function in _imports(path)
+           if "cupy" in module.split(".") and (path.name, function) not in allowed]
+    assert not bad
+
+
+def test_backends_import_nothing_above_them():
+    """backends/ knows arrays and files, never Tensors: no import of needle outside it."""
+    root = pathlib.Path(backends.__file__).parent
+    bad = [f"{path.name} imports {'.' * level}{module}"
+           for path in sorted(root.glob("*.py")) for module, level, _ in _imports(path)
+           if level >= 2 or (module.split(".")[0] == "needle"
+                             and not module.startswith("needle.backends"))]
+    assert not bad

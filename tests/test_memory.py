@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import gc
+import pickle
 
 import numpy as np
 import pytest
@@ -43,3 +45,27 @@ def test_tensor_count_is_flat_over_many_adam_steps(create_graph, steps):
     finally:
         gc.enable()
     assert abs(counts[steps] - counts[10]) <= 5, counts
+
+
+def test_tensor_count_is_balanced_by_copies_and_failed_constructions(device):
+    """Every Value made is counted once and uncounted once: by copies, unpickling, and
+    constructors that raise (their half-made object is still deleted)."""
+    model = nn.Sequential(nn.Linear(2, 3, device=device), nn.BatchNorm1d(3, device=device))
+    x = ndl.Tensor([[1.0, 2.0]], device=device, dtype="float32")
+    (x * x).sum().backward()  # x.grad: a leaf's gradient is copied with it
+    gc.collect()
+    gc.disable()  # the count moves only with this test's objects, by reference counting
+    try:
+        base = autograd.TENSOR_COUNTER
+        copies = [copy.deepcopy(model), pickle.loads(pickle.dumps(model)),
+                  copy.deepcopy(x), pickle.loads(pickle.dumps(x))]
+        assert autograd.TENSOR_COUNTER > base + 10
+        del copies
+        for bad in (lambda: ndl.Tensor(None, device=device),
+                    lambda: ndl.Tensor([1.0], device=device, dvice=device),
+                    lambda: ndl.Tensor([1.0], device=device, dtype="not-a-dtype")):
+            with pytest.raises(TypeError):
+                bad()
+        assert autograd.TENSOR_COUNTER == base
+    finally:
+        gc.enable()
