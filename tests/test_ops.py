@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import needle as ndl
+from needle import autograd
 from needle.testing import check_gradients
 
 
@@ -51,6 +52,12 @@ def np_dilate(a, axes, d):
     return a
 
 
+def np_scatter(a, index, shape):
+    out = np.zeros(shape)
+    out[index] = a
+    return out
+
+
 def np_normalize(a, axes, eps=1e-5):
     c = a - a.mean(axis=axes, keepdims=True)
     return c / np.sqrt((c * c).mean(axis=axes, keepdims=True) + eps)
@@ -82,15 +89,18 @@ CASES = [
     Case("mul_scalar", lambda a: a * -3.0, lambda a: a * -3.0, [(3, 4)]),
     Case("divide", ndl.divide, np.divide, [(3, 4), (3, 4)], positive=True),
     Case("divide_bcast", lambda a, b: a / b, np.divide, [(3, 4), (4,)], positive=True),
+    Case("divide_bcast_left", lambda a, b: a / b, np.divide, [(4,), (3, 1)], positive=True),
     Case("divide_scalar", lambda a: a / 4.0, lambda a: a / 4.0, [(3, 4)]),
     Case("rdiv_scalar", lambda a: 2.0 / a, lambda a: 2.0 / a, [(3, 4)], positive=True),
     Case("power", ndl.power, np.power, [(3, 4), (3, 4)], positive=True),
     Case("power_bcast", lambda a, b: a**b, np.power, [(3, 4), (4,)], positive=True),
+    Case("power_bcast_left", ndl.power, np.power, [(4,), (3, 4)], positive=True),
     Case("power_scalar", lambda a: a**3, lambda a: a**3, [(3, 4)]),
     Case("power_scalar_neg", lambda a: ndl.power_scalar(a, -2), lambda a: a**-2.0, [(3, 4)],
          positive=True),
     Case("power_scalar_frac", lambda a: a**0.5, np.sqrt, [(3, 4)], positive=True),
     Case("rpow_scalar", lambda a: 2.0**a, lambda a: 2.0**a, [(3, 4)]),
+    Case("rpower_scalar", lambda a: ndl.rpower_scalar(a, 3.0), lambda a: 3.0**a, [(3, 4)]),
     Case("negate", ndl.negate, np.negative, [(3, 4)]),
     Case("log", ndl.log, np.log, [(3, 4)], positive=True),
     Case("exp", ndl.exp, np.exp, [(3, 4)]),
@@ -120,11 +130,18 @@ CASES = [
     Case("getitem_slices", lambda a: a[1:, ::2], lambda a: a[1:, ::2], [(3, 5)]),
     Case("getitem_mixed", lambda a: a[-1, ..., 1:3], lambda a: a[-1, ..., 1:3],
          [(2, 3, 4)]),
+    Case("getitem_neg_step", lambda a: a[::-2, 1, 3:0:-2], lambda a: a[::-2, 1, 3:0:-2],
+         [(5, 3, 4)]),
+    Case("scatter_item", lambda a: ndl.ScatterItem((1, slice(None, None, -2)), (3, 5))(a),
+         lambda a: np_scatter(a, (1, slice(None, None, -2)), (3, 5)), [(3,)]),
     # reductions
     Case("sum_all", ndl.summation, np.sum, [(3, 4)]),
     Case("sum_axis", lambda a: ndl.summation(a, 1), lambda a: np.sum(a, 1), [(3, 4)]),
     Case("sum_neg_axis", lambda a: a.sum(-1), lambda a: np.sum(a, -1), [(2, 3, 4)]),
     Case("sum_tuple", lambda a: a.sum((0, 2)), lambda a: np.sum(a, (0, 2)), [(2, 3, 4)]),
+    Case("sum_list", lambda a: a.sum([-1, 0]), lambda a: np.sum(a, (0, 2)), [(2, 3, 4)]),
+    Case("sum_to_shape", lambda a: ndl.sum_to_shape(a, (3, 1)),
+         lambda a: a.sum(0).sum(-1, keepdims=True), [(2, 3, 4)]),
     Case("max_all", ndl.max, np.max, [(3, 4)]),
     Case("max_axis", lambda a: ndl.max(a, 1), lambda a: np.max(a, 1), [(3, 4)]),
     Case("max_tuple_keepdims", lambda a: ndl.max(a, (0, 2), keepdims=True),
@@ -138,6 +155,8 @@ CASES = [
          [(2, 3, 4)]),
     Case("logsoftmax", ndl.logsoftmax,
          lambda a: a - np_logsumexp(a, -1)[..., None], [(3, 5)]),
+    Case("logsoftmax_axes", lambda a: ndl.logsoftmax(a, (0, 2)),
+         lambda a: a - np_logsumexp(a, (0, 2))[None, :, None], [(2, 3, 4)]),
     # standardisation (the fused core of batch and layer norm) and its fused adjoint
     Case("normalize_batch", lambda a: ndl.normalize(a, (0,)), lambda a: np_normalize(a, (0,)),
          [(6, 3)]),
@@ -174,6 +193,8 @@ CASES = [
          lambda a: np.stack(list(a)[::-1], 2), [(3, 2, 2)]),
     Case("add_n", lambda a, b, c: ndl.add_n(a, b, c), lambda a, b, c: a + b + c,
          [(3, 4)] * 3),
+    Case("add_n_bcast", lambda a, b, c: ndl.add_n(a, b, c), lambda a, b, c: a + b + c,
+         [(3, 4), (4,), (3, 1)]),
     Case("fused_add_scalars", lambda a: ndl.fused_add_scalars(a, 1.0, 2.0)[0]
          * ndl.fused_add_scalars(a, 1.0, 2.0)[1], lambda a: (a + 1) * (a + 2), [(3, 4)]),
     Case("make_tuple", lambda a, b: ndl.make_tuple(a, b)[1] - ndl.make_tuple(a, b)[0],
@@ -247,3 +268,162 @@ def test_float32_stays_float32(device):
     for y in (x + 1.5, x * 2, x / 3, x**2, -x, ndl.exp(x), x.sum(), ndl.logsumexp(x, 1),
               x @ ndl.transpose(x), ndl.relu(x), ndl.sigmoid(x)):
         assert y.dtype == "float32", y.op
+
+
+# ----- the gradient contract: every op's own gradient returns input-shaped adjoints --------
+def shapes(value):
+    """A Tensor's shape, or the tuple of a TensorTuple's shapes."""
+    if isinstance(value, ndl.TensorTuple):
+        return tuple(tuple(a.shape) for a in value.realize_cached_data())
+    return value.shape
+
+
+def ones_like(value, device):
+    """An adjoint of ones for a Tensor or a TensorTuple."""
+    if isinstance(value, ndl.TensorTuple):
+        return ndl.make_tuple(*[ones_like(t, device) for t in value.tuple()])
+    return ndl.Tensor(np.ones(value.shape), device=device, dtype="float64", requires_grad=False)
+
+
+def graph_of(case: Case, device):
+    xs = [ndl.Tensor(x, device=device, dtype="float64") for x in case.inputs()]
+    return autograd.find_topo_sort([case.fn(*xs)])
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_gradient_returns_adjoints_shaped_like_the_inputs(case: Case, device):
+    # called directly, without the engine (which would sum broadcast adjoints back itself)
+    for node in graph_of(case, device):
+        if node.op is None:
+            continue
+        adjoints = node.op.gradient_as_tuple(ones_like(node, device), node)
+        assert len(adjoints) == len(node.inputs), node.op
+        for i, (x, adjoint) in enumerate(zip(node.inputs, adjoints)):
+            if adjoint is None:
+                assert not x.requires_grad, f"{node.op}: no adjoint for input {i}"
+            else:
+                assert shapes(adjoint) == shapes(x), f"{node.op}: adjoint of input {i}"
+
+
+def test_op_table_covers_every_op():
+    seen = {type(node.op) for case in CASES for node in graph_of(case, ndl.cpu())}
+    exported = {getattr(ndl.ops, name) for name in ndl.ops.__all__}
+    ops = {op for op in exported if isinstance(op, type) and issubclass(op, ndl.Op)}
+    assert not ops - seen, f"ops missing from CASES: {sorted(op.__name__ for op in ops - seen)}"
+
+
+def test_matmul_adjoint_of_a_broadcast_operand_is_summed_over_the_batch(device):
+    a = ndl.Tensor(np.ones((6, 6, 5, 4)), device=device)
+    b = ndl.Tensor(np.ones((4, 3)), device=device)
+    out = a @ b
+    grad_a, grad_b = out.op.gradient_as_tuple(ndl.Tensor(np.ones(out.shape), device=device),
+                                              out)
+    assert grad_a.shape == (6, 6, 5, 4) and grad_b.shape == (4, 3)
+    np.testing.assert_allclose(grad_b.numpy(), np.full((4, 3), 6 * 6 * 5.0))
+
+
+def test_equal_shapes_add_no_unbroadcast_nodes(device):
+    a, b = (ndl.Tensor(np.ones((2, 3)), device=device) for _ in range(2))
+    out = a * b
+    grad_a, grad_b = out.op.gradient_as_tuple(out, out)
+    assert isinstance(grad_a.op, ndl.EWiseMul) and isinstance(grad_b.op, ndl.EWiseMul)
+
+
+# ----- power at 0 and scalar bases: PyTorch's values ---------------------------------------
+def test_power_gradient_at_zero_base_is_not_nan(device):
+    a = ndl.Tensor([0.0, 0.0, 2.0, 0.0], device=device)
+    e = ndl.Tensor([2.0, 0.0, 1.5, -1.0], device=device)
+    with np.errstate(divide="ignore"):  # 0 ** -1
+        (a**e).sum().backward()
+    # torch.pow's gradients at these points
+    np.testing.assert_allclose(a.grad.numpy(), [0, 0, 1.5 * 2**0.5, -np.inf])
+    np.testing.assert_allclose(e.grad.numpy(), [0, 0, 2**1.5 * np.log(2), -np.inf])
+
+
+@pytest.mark.parametrize("base, value, grad", [
+    (0.0, [0, 1, np.inf], [0, 0, -np.inf]),
+    (-2.0, [4, 1, -0.5], [np.nan] * 3),
+    (2.0, [4, 1, 0.5], [4 * np.log(2), np.log(2), 0.5 * np.log(2)]),
+])
+def test_scalar_base_power_matches_pytorch(base, value, grad, device):
+    for power in (lambda t: ndl.rpower_scalar(t, base), lambda t: base**t):
+        t = ndl.Tensor([2.0, 0.0, -1.0], device=device)
+        with np.errstate(divide="ignore"):  # 0 ** -1
+            out = power(t)
+            out.sum().backward()
+        np.testing.assert_allclose(out.numpy(), value)
+        np.testing.assert_allclose(t.grad.numpy(), grad)
+
+
+# ----- scalar operands: numbers, numpy scalars and one-element arrays ---------------------
+@pytest.mark.parametrize("scalar", [np.array([2.0]), np.array([[2.0]]), np.float64(2.0),
+                                    np.array(2), np.int64(2)])
+def test_scalar_ops_accept_one_element_arrays(scalar, device):
+    x = ndl.Tensor([1.0, 4.0], device=device, dtype="float32")
+    for out, expected in ((x * scalar, [2, 8]), (scalar * x, [2, 8]), (x + scalar, [3, 6]),
+                          (x - scalar, [-1, 2]), (scalar - x, [1, -2]), (x / scalar, [0.5, 2]),
+                          (scalar / x, [2, 0.5]), (x**scalar, [1, 16]),
+                          (ndl.divide_scalar(x, scalar=scalar), [0.5, 2])):
+        assert out.dtype == "float32" and out.shape == (2,)  # x's dtype and shape
+        np.testing.assert_allclose(out.numpy(), expected)
+
+
+def test_as_scalar_reads_any_namespace(device):
+    assert ndl.as_scalar(device.asarray([[3.5]])) == 3.5
+    assert ndl.as_scalar(device.asarray([3], dtype="int32")) == 3
+
+
+def test_scalar_ops_reject_bigger_arrays(device):
+    x = ndl.Tensor([1.0, 4.0], device=device)
+    with pytest.raises(TypeError, match=r"mul_scalar: .*shape \(2,\); use a Tensor"):
+        x * np.array([1.0, 2.0])
+    with pytest.raises(TypeError, match=r"divide_scalar: .*shape \(0,\)"):
+        ndl.divide_scalar(x, np.array([]))
+    with pytest.raises(TypeError, match="add_scalar: expected a number, got a Tensor"):
+        ndl.add_scalar(x, x)
+
+
+# ----- bad arguments name the op and the value ---------------------------------------------
+def test_stack_of_nothing_or_of_non_tensors_is_refused(device):
+    x = ndl.Tensor([1.0], device=device)
+    with pytest.raises(ValueError, match=r"stack: needs at least one tensor, got \[\]"):
+        ndl.stack([], 0)
+    with pytest.raises(TypeError, match="stack: expected Tensors, got float at position 1"):
+        ndl.stack([x, 1.0], 0)
+
+
+def test_matmul_batch_dimensions_that_do_not_broadcast(device):
+    a = ndl.Tensor(np.ones((2, 3, 4, 5)), device=device)
+    b = ndl.Tensor(np.ones((4, 5, 2)), device=device)
+    with pytest.raises(ValueError, match=r"matmul: the batch dimensions of shapes "
+                                         r"\(2, 3, 4, 5\) and \(4, 5, 2\) do not broadcast"):
+        a @ b
+
+
+@pytest.mark.parametrize("op", [ndl.dilate, ndl.undilate])
+def test_negative_or_fractional_dilation_is_refused(op, device):
+    x = ndl.Tensor(np.ones((2, 2)), device=device)
+    name = op.__name__
+    with pytest.raises(ValueError, match=f"{name}: dilation must be >= 0, got -1"):
+        op(x, (0,), -1)
+    with pytest.raises(TypeError, match=f"{name}: dilation must be an int, got 1.5"):
+        op(x, (0,), 1.5)
+
+
+# ----- tuples and indexing -----------------------------------------------------------------
+def test_tuple_get_item_of_make_tuple_adds_no_node(device):
+    a, b = (ndl.Tensor([1.0], device=device) for _ in range(2))
+    assert ndl.make_tuple(a, b)[1] is b
+    with pytest.raises(TypeError):
+        ndl.TupleGetItem(0)(ndl.make_tuple(a, b), False)  # no fold_const parameter
+
+
+@pytest.mark.parametrize("index", [(1, slice(None)), (slice(None, None, -1), 2),
+                                   (slice(3, 0, -2), slice(1, None, 3)), (slice(2, 2), 0),
+                                   (slice(None, None, 2), slice(-1, None, -3)), (-1, -2)])
+def test_scatter_item_matches_numpy_assignment(index, device):
+    shape = (4, 5)
+    part = np.zeros(shape)[index]
+    values = np.arange(1.0, part.size + 1).reshape(part.shape)
+    out = ndl.ScatterItem(index, shape)(ndl.Tensor(values, device=device))
+    np.testing.assert_array_equal(out.numpy(), np_scatter(values, index, shape))

@@ -6,6 +6,7 @@ from typing import Any
 
 from ..autograd import Tensor
 from ..backends import Device, default_device
+from ..ops.indices import as_index_array
 
 
 def _tensor(array: Any, device: Device, dtype: Any, requires_grad: bool) -> Tensor:
@@ -55,11 +56,14 @@ def randb(*shape, p=0.5, device=None, dtype="bool", requires_grad=False):
 
 
 def one_hot(n, i, device=None, dtype="float32", requires_grad=False):
-    """One-hot rows of length `n` for the integer labels `i`."""
+    """One-hot rows of length `n` for the labels `i` (integers, or floats holding whole numbers)."""
     device = default_device() if device is None else device
     if isinstance(i, Tensor):
         i = i.realize_cached_data()
-    return _tensor(device.one_hot(n, i, dtype=dtype), device, dtype, requires_grad)
+    if not device.owns(i):
+        i = device.asarray(i)
+    labels = as_index_array(device.xp, i, n, "one_hot", "labels")
+    return _tensor(device.one_hot(n, labels, dtype=dtype), device, dtype, requires_grad)
 
 
 def zeros_like(array: Tensor, *, device=None, requires_grad=False):

@@ -7,29 +7,58 @@ from typing import Any
 
 from ..autograd import Tensor, TensorOp
 from ..backends import namespace
+from .movement import sum_to_shape
 
 
-def as_scalar(value: Any) -> int | float | bool:
-    """A Python number for a scalar operand (numpy scalars would upset strict namespaces)."""
+def as_scalar(value: Any, op: str = "scalar op") -> int | float | bool:
+    """A Python number from a number, a numpy scalar or any one-element array.
+
+    Arrays become Python numbers, which every namespace (strict included) accepts and which
+    keep the tensor's dtype; larger arrays raise TypeError (they belong in a Tensor).
+    """
     kind = type(value)
     if kind is float or kind is int or kind is bool:
         return value
     if isinstance(value, Tensor):
-        raise TypeError("expected a Python number, got a Tensor (use the elementwise op)")
-    if getattr(value, "shape", None) == () and hasattr(value, "item"):
-        return value.item()  # numpy scalar or 0-d array
-    if isinstance(value, bool):
-        return bool(value)
-    if isinstance(value, int):
+        raise TypeError(f"{op}: expected a number, got a Tensor (use the elementwise op)")
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        if math.prod(shape) != 1:
+            raise TypeError(f"{op}: expected a number or a one-element array, got an array of "
+                            f"shape {tuple(shape)}; use a Tensor for an elementwise operand")
+        return _item(value)
+    if isinstance(value, int):  # subclasses of int and float (bool has none)
         return int(value)
     if isinstance(value, float):
         return float(value)
-    raise TypeError(f"expected a Tensor or a Python number, got {kind.__name__}")
+    raise TypeError(f"{op}: expected a Tensor or a Python number, got {kind.__name__}")
+
+
+def _item(array: Any) -> int | float | bool | complex:
+    """The Python number in a one-element array of any namespace."""
+    if hasattr(array, "item"):
+        return array.item()
+    xp = array.__array_namespace__()
+    array = xp.reshape(array, ())
+    for kind, cast in (("bool", bool), ("integral", int), ("real floating", float)):
+        if xp.isdtype(array.dtype, kind):
+            return cast(array)
+    return complex(array)
 
 
 def math_log(value: Any) -> float:
     """log of a Python number."""
     return math.log(as_scalar(value))
+
+
+def unbroadcast(adjoint: Tensor | None, x: Tensor) -> Tensor | None:
+    """An adjoint summed back to the shape of the input `x` it belongs to (no node if equal)."""
+    if adjoint is None:
+        return None
+    a, b = adjoint.cached_data, x.cached_data
+    if a is not None and b is not None and a.shape == b.shape:  # the common case, kept cheap
+        return adjoint
+    return sum_to_shape(adjoint, x.shape)
 
 
 def shape_error(op: str, a, b, error: Exception) -> ValueError:
@@ -48,7 +77,12 @@ class EWiseAdd(TensorOp):
             raise shape_error("add", a, b, e) from None
 
     def gradient(self, out_grad, node):
-        return out_grad, out_grad
+        a, b = node.inputs
+        da, db = a.cached_data, b.cached_data  # None only for unrealized lazy values
+        if da is not None and db is not None and da.shape == db.shape:  # no broadcasting
+            return out_grad, out_grad
+        return (unbroadcast(out_grad, a) if a.requires_grad else None,
+                unbroadcast(out_grad, b) if b.requires_grad else None)
 
 
 def add(a: Tensor, b: Tensor) -> Tensor:
@@ -69,7 +103,7 @@ class AddN(TensorOp):
         return out
 
     def gradient(self, out_grad, node):
-        return (out_grad,) * len(node.inputs)
+        return tuple(unbroadcast(out_grad, x) if x.requires_grad else None for x in node.inputs)
 
 
 def add_n(*tensors: Tensor) -> Tensor:
@@ -81,7 +115,7 @@ class AddScalar(TensorOp):
     """a + scalar."""
 
     def __init__(self, scalar):
-        self.scalar = as_scalar(scalar)
+        self.scalar = as_scalar(scalar, "add_scalar")
 
     def compute(self, a):
         return a + self.scalar
@@ -107,8 +141,12 @@ class EWiseMul(TensorOp):
     def gradient(self, out_grad, node):
         a, b = node.inputs
         # no multiply for an operand that needs no gradient (a mask, a one-hot matrix)
-        return (out_grad * b if a.requires_grad else None,
-                out_grad * a if b.requires_grad else None)
+        da, db = a.cached_data, b.cached_data  # None only for unrealized lazy values
+        if da is not None and db is not None and da.shape == db.shape:  # no broadcasting
+            return (out_grad * b if a.requires_grad else None,
+                    out_grad * a if b.requires_grad else None)
+        return (unbroadcast(out_grad * b, a) if a.requires_grad else None,
+                unbroadcast(out_grad * a, b) if b.requires_grad else None)
 
 
 def multiply(a: Tensor, b: Tensor) -> Tensor:
@@ -120,7 +158,7 @@ class MulScalar(TensorOp):
     """a * scalar."""
 
     def __init__(self, scalar):
-        self.scalar = as_scalar(scalar)
+        self.scalar = as_scalar(scalar, "mul_scalar")
 
     def compute(self, a):
         return a * self.scalar
@@ -144,10 +182,20 @@ class EWisePow(TensorOp):
             raise shape_error("power", a, b, e) from None
 
     def gradient(self, out_grad, node):
+        # d/da a^b = b a^(b-1);  d/db a^b = a^b log a. Where a == 0 both would be 0 * inf
+        # = NaN at points PyTorch defines as 0: there a is replaced by 1 (a constant shift).
         a, b = node.inputs
-        # d/da a^b = b a^(b-1);  d/db a^b = a^b log a
-        return (out_grad * b * a ** (b - 1) if a.requires_grad else None,
-                out_grad * node * log(a) if b.requires_grad else None)
+        a_data, b_data = a.realize_cached_data(), b.realize_cached_data()
+        xp = namespace(a_data)
+        zero = a_data == 0
+        grad_a = grad_b = None
+        if a.requires_grad:  # 0 where b == 0
+            one = Tensor.make_const(xp.astype(zero & (b_data == 0), a_data.dtype), device=a.device)
+            grad_a = unbroadcast(out_grad * b * (a + one) ** (b - 1), a)
+        if b.requires_grad:  # 0 where b >= 0 (a^b is 0 or 1 there)
+            one = Tensor.make_const(xp.astype(zero & (b_data >= 0), a_data.dtype), device=a.device)
+            grad_b = unbroadcast(out_grad * node * log(a + one), b)
+        return grad_a, grad_b
 
 
 def power(a: Tensor, b: Tensor) -> Tensor:
@@ -159,7 +207,7 @@ class PowerScalar(TensorOp):
     """a ** scalar."""
 
     def __init__(self, scalar):
-        self.scalar = as_scalar(scalar)
+        self.scalar = as_scalar(scalar, "power_scalar")
 
     def compute(self, a):
         return a**self.scalar
@@ -176,6 +224,33 @@ def power_scalar(a: Tensor, scalar) -> Tensor:
     return PowerScalar(scalar)(a)
 
 
+class RPowerScalar(TensorOp):
+    """scalar ** a."""
+
+    def __init__(self, scalar):
+        self.scalar = as_scalar(scalar, "rpower_scalar")
+
+    def compute(self, a):
+        return self.scalar**a
+
+    def gradient(self, out_grad, node):
+        # d/da c^a = c^a log c. As PyTorch: NaN for c < 0 (no real log); for c == 0, 0 where
+        # a >= 0 (c^a is 0 or 1 there) and -inf where a < 0
+        c = self.scalar
+        if c != 0:
+            return out_grad * node * (math.log(c) if c > 0 else math.nan)
+        out = node.realize_cached_data()
+        xp = namespace(out)
+        log_c = xp.where(node.inputs[0].realize_cached_data() < 0,
+                         xp.full_like(out, -math.inf), xp.zeros_like(out))
+        return out_grad * node * Tensor.make_const(log_c, device=node.device)
+
+
+def rpower_scalar(a: Tensor, scalar) -> Tensor:
+    """scalar ** a, elementwise (`scalar ** tensor`)."""
+    return RPowerScalar(scalar)(a)
+
+
 class EWiseDiv(TensorOp):
     """a / b."""
 
@@ -188,8 +263,8 @@ class EWiseDiv(TensorOp):
     def gradient(self, out_grad, node):
         a, b = node.inputs
         # d/db a/b = -a / b^2
-        return (out_grad / b if a.requires_grad else None,
-                -(out_grad * a) / (b * b) if b.requires_grad else None)
+        return (unbroadcast(out_grad / b, a) if a.requires_grad else None,
+                unbroadcast(-(out_grad * a) / (b * b), b) if b.requires_grad else None)
 
 
 def divide(a: Tensor, b: Tensor) -> Tensor:
@@ -201,7 +276,7 @@ class DivScalar(TensorOp):
     """a / scalar."""
 
     def __init__(self, scalar):
-        self.scalar = as_scalar(scalar)
+        self.scalar = as_scalar(scalar, "divide_scalar")
 
     def compute(self, a):
         return a / self.scalar

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..autograd import Tensor, TensorOp
 from ..backends import namespace
-from .movement import reshape
+from .movement import reshape, sum_to_shape
 
 
 class MatMul(TensorOp):
@@ -22,6 +22,10 @@ class MatMul(TensorOp):
         if a.ndim < 2 or b.ndim < 2:
             raise ValueError(f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} are not "
                              "aligned (the op needs 2 or more dimensions)")
+        for m, n in zip(a.shape[-3::-1], b.shape[-3::-1]):  # batch dimensions, from the right
+            if m != n and m != 1 and n != 1:
+                raise ValueError(f"matmul: the batch dimensions of shapes {tuple(a.shape)} and "
+                                 f"{tuple(b.shape)} do not broadcast")
         if self.transpose_a:
             a = namespace(a).matrix_transpose(a)
         if self.transpose_b:
@@ -34,17 +38,17 @@ class MatMul(TensorOp):
 
     def gradient(self, out_grad, node):
         # C = op(A) op(B) with G = dC: d op(A) = G op(B)^T and d op(B) = op(A)^T G, each
-        # transposed back when its operand was. The engine sums broadcast batch dimensions
-        # back to each operand's shape; an operand that needs no gradient costs no matmul.
+        # transposed back when its operand was, and summed over the batch dimensions that
+        # were broadcast. An operand that needs no gradient costs no matmul.
         a, b = node.inputs
         ta, tb = self.transpose_a, self.transpose_b
         grad_a = grad_b = None
         if a.requires_grad:
-            grad_a = (MatMul(tb, True)(b, out_grad) if ta else
-                      MatMul(False, not tb)(out_grad, b))
+            grad_a = sum_to_shape(MatMul(tb, True)(b, out_grad) if ta else
+                                  MatMul(False, not tb)(out_grad, b), a.shape)
         if b.requires_grad:
-            grad_b = (MatMul(True, ta)(out_grad, a) if tb else
-                      MatMul(not ta, False)(a, out_grad))
+            grad_b = sum_to_shape(MatMul(True, ta)(out_grad, a) if tb else
+                                  MatMul(not ta, False)(a, out_grad), b.shape)
         return grad_a, grad_b
 
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from ..autograd import Tensor, TensorOp
 from ..backends import namespace
+from .axes import freeze_axes, normalize_axes
 from .movement import reshape
-from .reduce import keepdims_shape, normalize_axes, summation
+from .reduce import keepdims_shape, summation
 
 
 def _mean(xp, x, axes):
@@ -36,11 +37,12 @@ class Normalize(TensorOp):
     """(x - mean) / sqrt(var + eps) over `axes`, with the biased variance."""
 
     def __init__(self, axes, eps: float = 1e-5):
-        self.axes = (axes,) if isinstance(axes, int) else tuple(axes)
+        self.axes = freeze_axes(axes)
         self.eps = float(eps)
 
     def compute(self, x):
-        return _stats(namespace(x), x, self.axes, self.eps)[0]
+        axes = normalize_axes("normalize", self.axes, x.shape)
+        return _stats(namespace(x), x, axes, self.eps)[0]
 
     def gradient(self, out_grad, node):
         return NormalizeGrad(self.axes, self.eps)(node.inputs[0], out_grad)
@@ -55,13 +57,14 @@ class NormalizeGrad(TensorOp):
     """The adjoint of Normalize at x for the output adjoint g: s P g."""
 
     def __init__(self, axes: tuple, eps: float):
-        self.axes = axes
+        self.axes = freeze_axes(axes)
         self.eps = eps
 
     def compute(self, x, g):
         xp = namespace(x)
-        y, s = _stats(xp, x, self.axes, self.eps)
-        return s * (g - _mean(xp, g, self.axes) - y * _mean(xp, g * y, self.axes))
+        axes = normalize_axes("normalize", self.axes, x.shape)
+        y, s = _stats(xp, x, axes, self.eps)
+        return s * (g - _mean(xp, g, axes) - y * _mean(xp, g * y, axes))
 
     def gradient(self, h, node):
         # F(x, g) = s P g. F is linear in g with a symmetric map: d<F,h>/dg = s P h.
@@ -71,7 +74,7 @@ class NormalizeGrad(TensorOp):
         grad_g = NormalizeGrad(self.axes, self.eps)(x, h) if g.requires_grad else None
         if not x.requires_grad:
             return None, grad_g
-        axes = normalize_axes(self.axes, x.ndim)
+        axes = normalize_axes("normalize", self.axes, x.shape)
         count = 1
         for ax in axes:
             count *= x.shape[ax]

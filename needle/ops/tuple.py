@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..autograd import Tensor, TensorOp, TensorTuple, TensorTupleOp
 from ..backends import namespace
+from .axes import normalize_axis
 from .elementwise import as_scalar
 
 
@@ -28,8 +29,8 @@ class TupleGetItem(TensorOp):
     def __init__(self, index: int):
         self.index = index
 
-    def __call__(self, a: TensorTuple, fold_const: bool = True) -> Tensor:
-        if fold_const and isinstance(a.op, MakeTensorTuple):
+    def __call__(self, a: TensorTuple) -> Tensor:
+        if isinstance(a.op, MakeTensorTuple):
             return a.inputs[self.index]  # no node for make_tuple(...)[i]
         return Tensor.make_from_op(self, [a])
 
@@ -57,8 +58,8 @@ class FusedAddScalars(TensorTupleOp):
     """(a + c0, a + c1) in one op."""
 
     def __init__(self, c0, c1):
-        self.c0 = as_scalar(c0)
-        self.c1 = as_scalar(c1)
+        self.c0 = as_scalar(c0, "fused_add_scalars")
+        self.c1 = as_scalar(c1, "fused_add_scalars")
 
     def compute(self, a):
         return a + self.c0, a + self.c1
@@ -80,11 +81,13 @@ class Stack(TensorOp):
 
     def compute(self, args):
         if not args:
-            raise ValueError("stack needs at least one tensor")
+            raise ValueError("stack: needs at least one tensor, got none")
         shapes = {tuple(a.shape) for a in args}
         if len(shapes) > 1:
             raise ValueError(f"stack: tensors must share one shape, got {sorted(shapes)}")
-        return namespace(args[0]).stack(args, axis=self.axis)
+        shape = tuple(args[0].shape)  # the new axis makes one more: -(ndim+1)..ndim
+        axis = normalize_axis("stack", self.axis, shape, len(shape) + 1)
+        return namespace(args[0]).stack(args, axis=axis)
 
     def gradient(self, out_grad, node):
         return split(out_grad, self.axis)
@@ -92,7 +95,13 @@ class Stack(TensorOp):
 
 def stack(args, axis: int) -> Tensor:
     """Stack tensors along a new axis."""
-    return Stack(axis)(make_tuple(*args))
+    tensors = list(args)
+    if not tensors:
+        raise ValueError(f"stack: needs at least one tensor, got {args!r}")
+    for i, t in enumerate(tensors):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"stack: expected Tensors, got {type(t).__name__} at position {i}")
+    return Stack(axis)(make_tuple(*tensors))
 
 
 class Split(TensorTupleOp):
@@ -102,7 +111,7 @@ class Split(TensorTupleOp):
         self.axis = axis
 
     def compute(self, a):
-        return tuple(namespace(a).unstack(a, axis=self.axis))
+        return tuple(namespace(a).unstack(a, axis=normalize_axis("split", self.axis, a.shape)))
 
     def gradient(self, out_grad, node):
         return Stack(self.axis)(out_grad)

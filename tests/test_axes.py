@@ -1,0 +1,117 @@
+"""One axis normaliser for every op that takes axes: ints, tuples or lists, -ndim..ndim-1."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import needle as ndl
+
+# op name (as its errors say it) -> the op applied to a tensor with some axes
+AXES_OPS = {
+    "sum": ndl.summation,
+    "sum ": lambda x, axes: ndl.Summation(axes)(x),  # the class used directly
+    "max": ndl.max,
+    "logsumexp": ndl.logsumexp,
+    "logsoftmax": ndl.logsoftmax,
+    "flip": ndl.flip,
+    "dilate": lambda x, axes: ndl.dilate(x, axes, 1),
+    "undilate": lambda x, axes: ndl.undilate(x, axes, 1),
+    "normalize": ndl.normalize,
+}
+SHAPE = (2, 3, 4)
+
+
+def tensor(device, shape=SHAPE):
+    rng = np.random.default_rng(0)
+    return ndl.Tensor(rng.standard_normal(shape), device=device)
+
+
+@pytest.mark.parametrize("name", AXES_OPS)
+def test_int_tuple_list_and_negative_axes_agree(name, device):
+    op, x = AXES_OPS[name], tensor(device)
+    expected = op(x, (0, 2)).numpy()
+    for axes in ((0, -1), [0, 2], [-3, -1]):
+        np.testing.assert_array_equal(op(x, axes).numpy(), expected)
+    np.testing.assert_array_equal(op(x, -2).numpy(), op(x, 1).numpy())
+
+
+@pytest.mark.parametrize("name", AXES_OPS)
+@pytest.mark.parametrize("axes, bad", [(3, 3), (-4, -4), ((0, 3), 3), ([1, -4], -4),
+                                       ([7], 7)])
+def test_out_of_range_axes_name_the_op_the_axis_and_the_shape(name, axes, bad, device):
+    with pytest.raises(ValueError, match=rf"^{name.strip()}: axis {bad} is out of range -3..2 "
+                                         r"for shape \(2, 3, 4\)$"):
+        AXES_OPS[name](tensor(device), axes)
+
+
+@pytest.mark.parametrize("name", AXES_OPS)
+@pytest.mark.parametrize("axes", [(0, 0), [1, -2]])
+def test_repeated_axes_are_refused(name, axes, device):
+    with pytest.raises(ValueError, match=rf"^{name.strip()}: repeated axis in"):
+        AXES_OPS[name](tensor(device), axes)
+
+
+@pytest.mark.parametrize("name", AXES_OPS)
+@pytest.mark.parametrize("axes", [1.0, "0", True, (0, None)])
+def test_axes_that_are_not_ints_are_refused(name, axes, device):
+    with pytest.raises(TypeError, match=rf"^{name.strip()}: an axis must be an int"):
+        AXES_OPS[name](tensor(device), axes)
+
+
+def test_tensor_sum_method_validates_too(device):
+    with pytest.raises(ValueError, match=r"sum: axis 5 is out of range -2..1 for shape"):
+        tensor(device, (2, 2)).sum(5)
+    np.testing.assert_allclose(tensor(device, (2, 2)).sum(np.int64(-1)).numpy(),
+                               tensor(device, (2, 2)).numpy().sum(-1))
+
+
+def test_transpose_checks_both_axes(device):
+    x = tensor(device, (2, 3))
+    with pytest.raises(ValueError, match=r"transpose: axis 5 is out of range -2..1 "
+                                         r"for shape \(2, 3\)"):
+        x.transpose((0, 5))
+    with pytest.raises(ValueError, match="transpose: axis -3 is out of range"):
+        ndl.transpose(x, (-3, 0))
+    np.testing.assert_array_equal(ndl.transpose(x, [1, 0]).numpy(), x.numpy().T)
+    np.testing.assert_array_equal(ndl.transpose(x, (1, 1)).numpy(), x.numpy())
+    with pytest.raises(ValueError, match="transpose: swaps two axes, got 1"):
+        ndl.transpose(x, 1)
+
+
+def test_permute_needs_every_axis_once(device):
+    x = tensor(device)
+    np.testing.assert_array_equal(ndl.permute(x, [2, -3, 1]).numpy(),
+                                  np.transpose(x.numpy(), (2, 0, 1)))
+    with pytest.raises(ValueError, match=r"permute: axis 3 is out of range -3..2 for shape"):
+        ndl.permute(x, (0, 1, 3))
+    with pytest.raises(ValueError, match="permute: repeated axis in"):
+        ndl.permute(x, (0, 1, -3))
+    with pytest.raises(ValueError, match=r"permute: \(1, 0\) is not a permutation of the "
+                                         r"axes of shape \(2, 3, 4\)"):
+        ndl.permute(x, (1, 0))
+
+
+def test_permute_gradient_with_negative_axes(device):
+    x = tensor(device)
+    c = np.arange(24.0).reshape(4, 2, 3)
+    (ndl.permute(x, (-1, 0, -2)) * ndl.Tensor(c, device=device)).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.transpose(c, (1, 2, 0)))
+
+
+def test_stack_axis_ranges_over_one_more_axis(device):
+    x = tensor(device, (2, 3))
+    for axis in (2, -3):
+        np.testing.assert_array_equal(ndl.stack([x, x], axis).numpy(),
+                                      np.stack([x.numpy()] * 2, axis))
+    for axis in (3, -4):
+        with pytest.raises(ValueError, match=rf"stack: axis {axis} is out of range -3..2 "
+                                             r"for shape \(2, 3\)"):
+            ndl.stack([x, x], axis)
+
+
+def test_split_axis_is_checked(device):
+    x = tensor(device)
+    assert len(ndl.split(x, -1)) == 4
+    with pytest.raises(ValueError, match=r"split: axis 3 is out of range -3..2 for shape"):
+        ndl.split(x, 3)

@@ -1,0 +1,74 @@
+"""Labels and indices stored as floats: accepted when whole numbers, refused by value if not."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import needle as ndl
+from needle import init, nn
+from needle.ops.indices import as_index_array
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "uint8", "float32", "float64"])
+def test_as_index_array_gives_int64(dtype, device):
+    xp = device.xp
+    out = as_index_array(xp, device.asarray(np.array([2, 0, 1]), dtype=dtype), 300, "test")
+    assert out.dtype == xp.int64  # n = 300 does not fit uint8: compared as int64
+    np.testing.assert_array_equal(device.to_numpy(out), [2, 0, 1])
+
+
+@pytest.mark.parametrize("values, message", [
+    ([0.0, 1.5], "test: indices must be whole numbers, found 1.5"),
+    ([0.0, np.nan], "test: indices must be whole numbers, found nan"),
+    ([np.inf], "test: indices must be whole numbers, found inf"),
+    ([2.0, 3.0], r"test: indices must be in \[0, 3\), found 3.0"),
+    ([-1.0], r"test: indices must be in \[0, 3\), found -1.0"),
+    ([0, 5], r"test: indices must be in \[0, 3\), found 5"),
+])
+def test_as_index_array_names_the_first_bad_value(values, message, device):
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        as_index_array(device.xp, device.asarray(np.array(values)), 3, "test")
+
+
+def test_as_index_array_refuses_other_dtypes(device):
+    with pytest.raises(TypeError, match="test: expected integer indices .*found dtype"):
+        as_index_array(device.xp, device.asarray(np.array([True])), 3, "test")
+
+
+def test_one_hot_accepts_whole_float_labels(device):
+    expected = np.eye(4)[[2, 0, 3]]
+    for labels in ([2.0, 0.0, 3.0], np.array([2, 0, 3], np.float32),
+                   ndl.Tensor([2.0, 0.0, 3.0], device=device, dtype="float32")):
+        np.testing.assert_array_equal(init.one_hot(4, labels, device=device).numpy(), expected)
+
+
+@pytest.mark.parametrize("bad, message", [(0.5, "whole numbers, found 0.5"),
+                                          (4.0, r"in \[0, 4\), found 4.0"),
+                                          (-1, r"in \[0, 4\), found -1")])
+def test_one_hot_refuses_bad_labels(bad, message, device):
+    with pytest.raises(ValueError, match=f"one_hot: labels must be {message}"):
+        init.one_hot(4, [1, bad], device=device)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_softmax_loss_accepts_whole_float_labels(dtype, device):
+    z = np.random.default_rng(1).standard_normal((3, 4))
+    losses, grads = [], []
+    for labels in (ndl.Tensor([3, 0, 1], device=device, dtype="int64"),
+                   ndl.Tensor([3.0, 0.0, 1.0], device=device, dtype=dtype)):
+        logits = ndl.Tensor(z, device=device)
+        loss = nn.SoftmaxLoss()(logits, labels)
+        loss.backward()
+        losses.append(loss.numpy())
+        grads.append(logits.grad.numpy())
+    np.testing.assert_array_equal(losses[1], losses[0])
+    np.testing.assert_array_equal(grads[1], grads[0])
+
+
+@pytest.mark.parametrize("bad, message", [(1.5, "whole numbers, found 1.5"),
+                                          (4.0, r"in \[0, 4\), found 4.0")])
+def test_softmax_loss_refuses_bad_float_labels(bad, message, device):
+    z = ndl.Tensor(np.zeros((2, 4)), device=device)
+    with pytest.raises(ValueError, match=f"SoftmaxLoss: labels must be {message}"):
+        nn.SoftmaxLoss()(z, ndl.Tensor([0.0, bad], device=device))
