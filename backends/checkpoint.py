@@ -1,60 +1,84 @@
-"""Checkpoints: nested dicts/lists of Tensors, arrays and scalars in one pickle-free `.npz`.
+"""Host-array archives for checkpoints: named numpy arrays in one pickle-free `.npz`.
 
-Every array is a member of the zip (named by its path in the structure, e.g.
-"model/modules.0.weight.npy"); a JSON manifest, stored as the uint8 member "__manifest__",
-records the structure and the type of every leaf. `np.load(path, allow_pickle=False)` reads
-the file. Writes are atomic: a temporary file in the same directory, then `os.replace`.
+This file knows numpy and files, nothing above them: `needle/serialization.py` turns
+Tensors and nested containers into the flat `{member name: numpy array}` map and the JSON
+manifest written here. Every array is a zip member `NAME.npy`; the manifest is the uint8
+member `__manifest__`, so `np.load(path, allow_pickle=False)` reads the file.
+
+Writes are atomic: a temporary file `.NAME.XXXXXXXX.tmp` beside the target, then
+`os.replace`. The temporary file is created with mode 0o666, so the kernel applies the
+umask (and any default ACL) exactly as for any other new file: nothing reads the umask.
+After a successful write, temporary files of earlier saves of the same target that were
+killed before their `os.replace` are removed; one that another process is still writing
+(it holds a lock on it) is left alone.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import tempfile
+import re
+import secrets
 import zipfile
 from typing import Any
 
 import numpy as np
 
-from .device import Device
+try:  # advisory locks mark temporary files that a live save is still writing (POSIX)
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: an open file cannot be deleted anyway
+    fcntl = None
 
 MANIFEST = "__manifest__"
-FORMAT = "needle-checkpoint"
-VERSION = 1
+
+# tempfile.mkstemp's alphabet and length, so temporary files of older needles match too
+_TMP_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"
+_TMP_LEN = 8
 
 
-def save(obj: Any, path: str | os.PathLike) -> None:
-    """Write `obj` (nested dicts/lists/tuples of Tensors, numpy arrays, Python scalars,
-    strings and None) to `path` as an `.npz`, atomically and bit-exactly."""
-    arrays: dict[str, np.ndarray] = {}
-    tree = _encode(obj, "", arrays)
-    manifest = json.dumps({"format": FORMAT, "version": VERSION, "tree": tree})
-    arrays[MANIFEST] = np.frombuffer(manifest.encode("utf-8"), dtype=np.uint8)
+def host_kind(obj: Any) -> str | None:
+    """"ndarray" or "numpy_scalar" for host numpy values, None for anything else."""
+    if isinstance(obj, np.ndarray):
+        return "ndarray"
+    if isinstance(obj, np.generic):
+        return "numpy_scalar"
+    return None
+
+
+def write_archive(path: str | os.PathLike, arrays: dict[str, Any], manifest: bytes) -> None:
+    """Write `arrays` (numpy arrays or scalars by member name) and `manifest` to `path`."""
+    members = {}
+    for key, array in arrays.items():
+        array = np.asarray(array)
+        if array.dtype.hasobject:
+            raise TypeError(f"save: {key!r} is an object array, which needs pickle; expected "
+                            "a numeric, bool or string array")
+        members[key] = array
+    members[MANIFEST] = np.frombuffer(manifest, dtype=np.uint8)
     path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
-                               dir=directory)
+    directory, name = os.path.split(os.path.abspath(path))
+    fd, tmp = _create_temporary(directory, name)
     try:
         with os.fdopen(fd, "wb") as f:
             with zipfile.ZipFile(f, mode="w", compression=zipfile.ZIP_STORED,
                                  allowZip64=True) as zf:
-                for key, array in arrays.items():
+                for key, array in members.items():
                     with zf.open(key + ".npy", "w", force_zip64=True) as member:
                         np.lib.format.write_array(member, array, allow_pickle=False)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+            os.replace(tmp, path)  # while still locked: no cleanup can take it first
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    _remove_stale_temporaries(directory, name)
 
 
-def load(path: str | os.PathLike, device: Device | None = None) -> Any:
-    """Read a checkpoint written by `save`; Tensors are restored on `device` (default cpu)."""
-    from . import cpu
+def read_archive(path: str | os.PathLike) -> tuple[bytes, dict[str, np.ndarray]]:
+    """(manifest bytes, {member name: array}) of an archive written by `write_archive`.
 
-    device = cpu() if device is None else device
+    A missing file raises FileNotFoundError; anything unreadable a ValueError naming it.
+    """
     path = os.fspath(path)
     try:
         npz = np.load(path, allow_pickle=False)
@@ -68,86 +92,64 @@ def load(path: str | os.PathLike, device: Device | None = None) -> Any:
         raise ValueError(f"load: {path!r} is not a readable needle checkpoint ({e})") from e
     if MANIFEST not in arrays:
         raise ValueError(f"load: {path!r} has no {MANIFEST!r} member: not a needle checkpoint")
+    manifest = arrays.pop(MANIFEST)
+    if manifest.dtype != np.uint8 or manifest.ndim != 1:
+        raise ValueError(f"load: {path!r} has a corrupt manifest (a {manifest.dtype} array of "
+                         f"shape {manifest.shape}, expected uint8 bytes)")
+    return manifest.tobytes(), arrays
+
+
+def _create_temporary(directory: str, name: str) -> tuple[int, str]:
+    """A new file `.NAME.XXXXXXXX.tmp` in `directory`, open for writing and locked: (fd, path)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        suffix = "".join(secrets.choice(_TMP_CHARS) for _ in range(_TMP_LEN))
+        tmp = os.path.join(directory, f".{name}.{suffix}.tmp")
+        try:
+            fd = os.open(tmp, flags, 0o666)  # the umask applies, as for open()
+        except FileExistsError:
+            continue
+        except FileNotFoundError:
+            raise FileNotFoundError(f"save: the folder {directory!r} for {name!r} does not "
+                                    "exist") from None
+        if fcntl is None or _lock_and_check(fd, tmp):
+            return fd, tmp
+        os.close(fd)  # another save's cleanup took it between creation and lock: retry
+    raise FileExistsError(f"save: no free temporary file name for {name!r} in {directory!r}")
+
+
+def _lock_and_check(fd: int, path: str) -> bool:
+    """Lock `fd` ("in use": cleanups skip it); True when `path` is still that file."""
+    fcntl.flock(fd, fcntl.LOCK_EX)
     try:
-        manifest = json.loads(arrays.pop(MANIFEST).tobytes().decode("utf-8"))
-        if manifest.get("format") != FORMAT:
-            raise ValueError(f"format {manifest.get('format')!r}, expected {FORMAT!r}")
-        return _decode(manifest["tree"], arrays, device)
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise ValueError(f"load: {path!r} has a corrupt manifest ({e!r})") from e
+        return os.path.samestat(os.fstat(fd), os.stat(path))
+    except FileNotFoundError:
+        return False
 
 
-def _key(name: str, arrays: dict) -> str:
-    """A member name for `name`, unique within the archive."""
-    base = name or "value"
-    key, n = base, 1
-    while key in arrays or key == MANIFEST:
-        n += 1
-        key = f"{base}#{n}"
-    return key
+def _remove_stale_temporaries(directory: str, name: str) -> None:
+    """Delete `.NAME.XXXXXXXX.tmp` files left by killed saves of `name` (never others)."""
+    pattern = re.compile(rf"\.{re.escape(name)}\.[{_TMP_CHARS}]{{{_TMP_LEN}}}\.tmp")
+    try:
+        entries = os.listdir(directory)
+    except OSError:
+        return
+    for entry in entries:
+        if pattern.fullmatch(entry):
+            _remove_if_unlocked(os.path.join(directory, entry))
 
 
-def _child(name: str, key: Any) -> str:
-    return f"{name}/{key}" if name else str(key)
-
-
-def _encode(obj: Any, name: str, arrays: dict[str, np.ndarray]) -> dict:
-    """The manifest node for `obj`; its arrays are added to `arrays`."""
-    from ..autograd import Tensor
-
-    if isinstance(obj, Tensor):
-        key = _key(name, arrays)
-        arrays[key] = obj.numpy()
-        return {"type": "tensor", "key": key, "requires_grad": bool(obj.requires_grad)}
-    if isinstance(obj, (np.ndarray, np.generic)):
-        if obj.dtype.hasobject:
-            raise TypeError(f"save: {name or 'the object'} is an object array, which needs "
-                            "pickle; expected a numeric, bool or string array")
-        key = _key(name, arrays)
-        arrays[key] = np.asarray(obj)
-        return {"type": "ndarray" if isinstance(obj, np.ndarray) else "numpy_scalar",
-                "key": key}
-    if obj is None:
-        return {"type": "none"}
-    if isinstance(obj, (bool, int, float, str)):
-        return {"type": type(obj).__name__, "value": obj}
-    if isinstance(obj, dict):
-        items = []
-        for k, v in obj.items():
-            if isinstance(k, bool) or not isinstance(k, (str, int)):
-                raise TypeError(f"save: dict keys must be str or int, found {k!r} "
-                                f"({type(k).__name__}) in {name or 'the object'}")
-            items.append([k, _encode(v, _child(name, k), arrays)])
-        return {"type": "dict", "items": items}
-    if isinstance(obj, (list, tuple)):
-        return {"type": type(obj).__name__,
-                "items": [_encode(v, _child(name, i), arrays) for i, v in enumerate(obj)]}
-    raise TypeError(f"save: cannot save {type(obj).__name__} at {name or 'the top level'!r}; "
-                    "expected Tensors, numpy arrays, Python scalars, strings, None, "
-                    "and dicts/lists/tuples of them")
-
-
-def _decode(node: dict, arrays: dict[str, np.ndarray], device: Device) -> Any:
-    """The object a manifest node describes."""
-    from ..autograd import Tensor
-
-    kind = node["type"]
-    if kind == "tensor":
-        data = device.from_numpy(arrays[node["key"]])
-        return Tensor.make_const(data, requires_grad=node["requires_grad"], device=device)
-    if kind == "ndarray":
-        return arrays[node["key"]]
-    if kind == "numpy_scalar":
-        return arrays[node["key"]][()]
-    if kind == "none":
-        return None
-    if kind in ("bool", "int", "float", "str"):
-        value = node["value"]
-        return float(value) if kind == "float" else value
-    if kind == "dict":
-        return {k: _decode(v, arrays, device) for k, v in node["items"]}
-    if kind == "list":
-        return [_decode(v, arrays, device) for v in node["items"]]
-    if kind == "tuple":
-        return tuple(_decode(v, arrays, device) for v in node["items"])
-    raise ValueError(f"unknown node type {kind!r}")
+def _remove_if_unlocked(path: str) -> None:
+    """Unlink `path` unless a live save holds its lock; errors leave it in place."""
+    try:
+        if fcntl is None:
+            os.unlink(path)
+            return
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # fails while a save writes it
+            os.unlink(path)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass

@@ -143,3 +143,136 @@ def test_model_and_optimizer_resume_bit_for_bit(device, tmp_path):
     train_step(model2, opt2, x, y, seed=3)
     for a, b in zip(model.state_dict().values(), model2.state_dict().values()):
         assert bits(a.numpy()) == bits(b.numpy())
+
+
+# ----- limits, versions, devices -----------------------------------------------------------
+def write_manifest(path, manifest) -> None:
+    """An archive as needle lays it out, with a hand-made manifest (a dict or JSON text)."""
+    text = manifest if isinstance(manifest, str) else json.dumps(manifest)
+    np.savez(path, __manifest__=np.frombuffer(text.encode("utf-8"), dtype=np.uint8))
+
+
+@pytest.mark.parametrize("depth", [101, 400, 5000], ids=["over", "far-over", "json-limit"])
+def test_manifest_nested_deeper_than_needle_writes_is_a_value_error(depth, tmp_path):
+    path = tmp_path / "deep.npz"
+    tree = '{"type": "list", "items": [' * depth + '{"type": "none"}' + "]}" * depth
+    write_manifest(path, f'{{"format": "needle-checkpoint", "version": 1, "tree": {tree}}}')
+    with pytest.raises(ValueError, match=r"deep.npz.*nests deeper than 100 levels"):
+        ndl.load(path)
+
+
+def test_the_deepest_structure_save_writes_loads_back(tmp_path):
+    deepest = None
+    for _ in range(100):
+        deepest = [deepest]
+    ndl.save(deepest, tmp_path / "ok.npz")
+    assert ndl.load(tmp_path / "ok.npz") == deepest
+    with pytest.raises(ValueError, match=r"save: containers nest deeper than 100 levels at "
+                                         r"'0/0/0/.*\.\.\.'"):
+        ndl.save([deepest], tmp_path / "deep.npz")
+    assert sorted(os.listdir(tmp_path)) == ["ok.npz"]
+
+
+def test_self_referencing_structures_cannot_be_saved(tmp_path):
+    loop = {"a": [1, 2]}
+    loop["a"].append(loop)
+    with pytest.raises(ValueError, match=r"save: the dict at 'a/2' contains itself \(it is "
+                                         r"also at 'the top level'\)"):
+        ndl.save(loop, tmp_path / "loop.npz")
+    shared = [1]
+    ndl.save({"x": shared, "y": shared}, tmp_path / "shared.npz")  # repeated, not a cycle
+    assert ndl.load(tmp_path / "shared.npz") == {"x": [1], "y": [1]}
+
+
+def test_newer_format_version_names_both_versions(tmp_path):
+    path = tmp_path / "future.npz"
+    write_manifest(path, {"format": "needle-checkpoint", "version": 2, "tree": {"type": "none"}})
+    with pytest.raises(ValueError, match=r"future.npz' is needle-checkpoint version 2, newer "
+                                         r"than this needle reads \(version 1\)"):
+        ndl.load(path)
+
+
+@pytest.mark.parametrize("version", [0, "1", None, True])
+def test_malformed_format_version_is_a_corrupt_manifest(version, tmp_path):
+    path = tmp_path / "odd.npz"
+    write_manifest(path, {"format": "needle-checkpoint", "version": version,
+                          "tree": {"type": "none"}})
+    with pytest.raises(ValueError, match=r"odd.npz' has a corrupt manifest .*version"):
+        ndl.load(path)
+
+
+def test_a_dtype_the_device_lacks_says_so(tmp_path):
+    pytest.importorskip("array_api_strict")
+    path = tmp_path / "half.npz"
+    ndl.save({"w": ndl.Tensor(np.ones(3, dtype=np.float16), device=ndl.cpu())}, path)
+    assert ndl.load(path)["w"].dtype == "float16"  # fine on cpu
+    with pytest.raises(ValueError, match=r"half.npz' holds a float16 tensor at 'w', a dtype "
+                                         r"strict\(\) does not support"):
+        ndl.load(path, device=ndl.strict())
+
+
+# ----- files: permissions and stale temporaries ---------------------------------------------
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_checkpoints_get_the_permissions_the_umask_gives(umask, tmp_path):
+    old = os.umask(umask)
+    try:
+        ndl.save({"a": 1}, tmp_path / "ck.npz")
+        with open(tmp_path / "plain", "w"):
+            pass
+    finally:
+        os.umask(old)
+    mode = os.stat(tmp_path / "ck.npz").st_mode & 0o777
+    assert mode == 0o666 & ~umask == os.stat(tmp_path / "plain").st_mode & 0o777
+
+
+def test_stale_temporaries_of_the_same_target_are_removed(tmp_path):
+    stale = [".ck.npz.a1b2c3d_.tmp", ".ck.npz.zzzzzzzz.tmp"]
+    kept = [".ck.npz.bak.a1b2c3d4.tmp",  # a temporary of the target "ck.npz.bak"
+            ".ck.npz.short.tmp", ".ck.npz.a1b2c3d4.tmp.keep", "ck.npz.a1b2c3d4.tmp",
+            ".other.npz.a1b2c3d4.tmp", ".ck.npz.ABCDEFGH.tmp"]
+    for name in stale + kept:
+        (tmp_path / name).write_bytes(b"partial")
+    ndl.save({"a": 1}, tmp_path / "ck.npz")
+    assert sorted(os.listdir(tmp_path)) == sorted(kept + ["ck.npz"])
+    (tmp_path / stale[0]).write_bytes(b"partial")
+    with pytest.raises(TypeError):  # a failed save removes nothing
+        ndl.save({"a": {1}}, tmp_path / "ck.npz")
+    assert stale[0] in os.listdir(tmp_path)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="advisory file locks")
+def test_a_temporary_that_a_live_save_holds_is_left_alone(tmp_path):
+    import fcntl
+
+    busy = tmp_path / ".ck.npz.inflight.tmp"
+    with open(busy, "wb") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # what a save in another process holds
+        ndl.save({"a": 1}, tmp_path / "ck.npz")
+        assert busy.exists()
+    ndl.save({"a": 2}, tmp_path / "ck.npz")  # released: now it is stale
+    assert sorted(os.listdir(tmp_path)) == ["ck.npz"]
+
+
+def test_backends_import_nothing_from_needle():
+    import ast
+    from pathlib import Path
+
+    import needle.backends
+
+    offenders = []
+    for file in sorted(Path(needle.backends.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(file.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level > 1 or (
+                    node.module or "").split(".")[0] == "needle"):
+                offenders.append(f"{file.name}: from {'.' * node.level}{node.module or ''}")
+            elif isinstance(node, ast.Import) and any(a.name.split(".")[0] == "needle"
+                                                      for a in node.names):
+                offenders.append(f"{file.name}: import needle")
+    assert offenders == []
+
+
+def test_save_into_a_missing_folder_names_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"save: the folder '.*nope' for 'ck.npz' "
+                                                r"does not exist"):
+        ndl.save({"a": 1}, tmp_path / "nope" / "ck.npz")

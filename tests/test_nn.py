@@ -224,6 +224,59 @@ def test_norms_reject_wrong_shapes(make, shape, device):
         make(device)(T(data(*shape), device, "float32"))
 
 
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+def test_batchnorm_needs_more_than_one_value_per_channel_to_train(training, device):
+    bn1, bn2 = nn.BatchNorm1d(3, device=device), nn.BatchNorm2d(3, device=device)
+    for bn in (bn1, bn2):
+        bn.train(training)
+    one, pixel = T(data(1, 3), device, "float32"), T(data(1, 3, 1, 1), device, "float32")
+    if training:  # the variance of one value is 0: PyTorch refuses it too
+        with pytest.raises(ValueError, match=r"BatchNorm1d: expected more than 1 value per "
+                                             r"channel when training, found input of shape "
+                                             r"\(1, 3\)"):
+            bn1(one)
+        with pytest.raises(ValueError, match=r"BatchNorm2d: .*found input of shape "
+                                             r"\(1, 3, 1, 1\)"):
+            bn2(pixel)
+        np.testing.assert_array_equal(bn1.running_mean.numpy(), np.zeros(3))  # untouched
+    else:  # eval uses the running statistics: one sample is fine
+        np.testing.assert_allclose(bn1(one).numpy(), one.numpy() / np.sqrt(1 + 1e-5),
+                                   rtol=1e-6)
+        assert bn2(pixel).shape == (1, 3, 1, 1)
+    assert bn2(T(data(1, 3, 2, 1), device, "float32")).shape == (1, 3, 2, 1)  # N*H*W = 2
+    for bn, shape in ((bn1, (0, 3)), (bn2, (0, 3, 2, 2)), (bn2, (2, 3, 0, 2))):
+        with pytest.raises(ValueError, match=rf"{type(bn).__name__}: expected .* per channel "
+                                             rf".*found input of shape \({shape[0]}, 3"):
+            bn(T(np.zeros(shape), device, "float32"))
+
+
+@pytest.mark.parametrize("make, error, message", [
+    (lambda: nn.Linear(0, 3), ValueError, r"Linear: in_features must be >= 1, found 0"),
+    (lambda: nn.Linear(-1, 3), ValueError, r"Linear: in_features must be >= 1, found -1"),
+    (lambda: nn.Linear(3, 0), ValueError, r"Linear: out_features must be >= 1, found 0"),
+    (lambda: nn.Linear(2.0, 3), TypeError, r"Linear: in_features must be an integer, "
+                                           r"found 2.0 \(float\)"),
+    (lambda: nn.Linear(3, True), TypeError, r"out_features must be an integer, found True"),
+    (lambda: nn.Linear("3", 3), TypeError, r"in_features must be an integer, found '3'"),
+    (lambda: nn.BatchNorm1d(0), ValueError, r"BatchNorm1d: dim must be >= 1, found 0"),
+    (lambda: nn.BatchNorm2d(-2), ValueError, r"BatchNorm2d: dim must be >= 1, found -2"),
+    (lambda: nn.BatchNorm1d(1.5), TypeError, r"BatchNorm1d: dim must be an integer"),
+    (lambda: nn.LayerNorm1d(0), ValueError, r"LayerNorm1d: dim must be >= 1, found 0"),
+    (lambda: nn.LayerNorm1d(False), TypeError, r"LayerNorm1d: dim must be an integer"),
+], ids=["linear-in-0", "linear-in-neg", "linear-out-0", "linear-float", "linear-bool",
+        "linear-str", "bn1d-0", "bn2d-neg", "bn1d-float", "ln-0", "ln-bool"])
+def test_layer_sizes_must_be_positive_integers(make, error, message):
+    with pytest.raises(error, match=message):
+        make()
+
+
+def test_layer_sizes_accept_numpy_integers(device):
+    layer = nn.Linear(np.int64(3), np.int32(2), device=device)
+    assert type(layer.in_features) is int and layer.weight.shape == (3, 2)
+    assert nn.BatchNorm1d(np.int64(4), device=device).weight.shape == (4,)
+    assert nn.LayerNorm1d(np.int16(2), device=device).dim == 2
+
+
 def test_only_linear_and_dropout_draw_random_numbers(device):
     np.random.seed(16)
     for module in (nn.BatchNorm1d(3, device=device), nn.BatchNorm2d(3, device=device),
@@ -266,7 +319,7 @@ def test_softmax_loss_rejects_labels_out_of_range(bad, device):
     z = T(data(3, 4), device)
     with pytest.raises(ValueError, match=rf"labels must be in \[0, 4\).*found {bad}"):
         nn.SoftmaxLoss()(z, T([0, bad, 1], device, "int64"))
-    with pytest.raises(TypeError, match="integer labels, found dtype float64"):
-        nn.SoftmaxLoss()(z, T([0.0, 1.0, 1.0], device))
+    with pytest.raises(ValueError, match="labels must be whole numbers, found 1.5"):
+        nn.SoftmaxLoss()(z, T([0.0, 1.5, 1.0], device))
     with pytest.raises(ValueError, match=r"labels of shape \(3,\), found \(2,\)"):
         nn.SoftmaxLoss()(z, T([0, 1], device, "int64"))

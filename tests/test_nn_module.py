@@ -54,20 +54,34 @@ def test_parameters_in_insertion_order_each_once(device):
 def test_children_and_descendants(device):
     b = Block(device)
     inner = b.layers[1].modules[0]
-    assert b._children() == [b.first, b.layers[0], b.layers[1], inner, b.heads["a"],
-                             b.heads["norm"]]
+    assert b.descendants() == [b.first, b.layers[0], b.layers[1], inner, b.heads["a"],
+                               b.heads["norm"]]
+    assert [n for n, _ in b.named_descendants()] == ["first", "layers.0", "layers.1",
+                                                     "layers.1.modules.0", "heads.a",
+                                                     "heads.norm"]
     assert b.children() == [b.first, b.layers[0], b.layers[1], b.heads["a"], b.heads["norm"]]
     assert [n for n, _ in b.named_children()] == ["first", "layers.0", "layers.1", "heads.a",
                                                   "heads.norm"]
+    assert not hasattr(b, "_children")  # renamed: it returned descendants, not children
+
+
+def test_shared_and_cyclic_modules_are_walked_once(device):
+    shared = nn.Linear(2, 2, device=device)
+    outer = nn.Sequential(shared, nn.ReLU(), shared)
+    shared.owner = outer  # a back reference: a cycle through the tree
+    assert outer.descendants() == [shared, outer.modules[1]]
+    assert outer.children() == [shared, outer.modules[1]]
+    assert list(outer.state_dict()) == ["modules.0.weight", "modules.0.bias"]
+    assert outer.eval() is outer and not shared.training
 
 
 def test_train_and_eval_reach_every_descendant(device):
     b = Block(device)
-    assert b.training and all(m.training for m in b._children())
+    assert b.training and all(m.training for m in b.descendants())
     assert b.eval() is b
-    assert not b.training and not any(m.training for m in b._children())
+    assert not b.training and not any(m.training for m in b.descendants())
     b.train()
-    assert b.training and all(m.training for m in b._children())
+    assert b.training and all(m.training for m in b.descendants())
 
 
 def test_repr_is_pytorch_like(device):
@@ -163,3 +177,120 @@ def test_to_moves_parameters_and_buffers_in_place(device):
 def test_module_without_forward_says_so():
     with pytest.raises(NotImplementedError, match="Block2 does not define forward"):
         type("Block2", (nn.Module,), {})()(1)
+
+
+# ----- buffers ---------------------------------------------------------------------------
+class Memo(nn.Module):
+    """A layer that keeps its last input as a plain attribute, and a registered count."""
+
+    def __init__(self, device):
+        super().__init__()
+        self.scale = nn.Parameter(ndl.init.ones(2, device=device))
+        self.register_buffer("count", ndl.init.zeros(1, device=device))
+        self.register_buffer("cache", ndl.init.zeros(2, device=device), persistent=False)
+        self.fixed = ndl.init.ones(2, device=device)  # a plain Tensor attribute
+
+    def forward(self, x):
+        self.last = x
+        return x * self.scale
+
+
+def test_plain_tensor_attributes_are_neither_parameters_nor_buffers(device):
+    m = Memo(device)
+    m(T(np.ones((3, 2)), device))
+    assert [n for n, _ in m.named_parameters()] == ["scale"]
+    assert [n for n, _ in m.named_buffers()] == ["count", "cache"]
+    assert list(m.state_dict()) == ["scale", "count"]  # no "fixed", no "last"
+    m.load_state_dict({"scale": np.full(2, 3.0), "count": np.array([4.0])})  # strict: enough
+    np.testing.assert_array_equal(m.count.numpy(), [4.0])
+
+
+def test_registered_buffers_load_keep_identity_and_move(device):
+    m = Memo(ndl.cpu())
+    count, cache, fixed = m.count, m.cache, m.fixed
+    m.load_state_dict({"scale": np.full(2, 2.0), "count": np.array([7.0])})
+    assert m.count is count and m.count.dtype == "float32"
+    assert m.to(device) is m
+    assert m.count is count and count.device == device and cache.device == device
+    assert fixed.device == ndl.cpu()  # not a buffer: left where it was
+    np.testing.assert_array_equal(m.state_dict()["count"].numpy(), [7.0])
+
+
+def test_buffer_reassignment_follows_pytorch(device):
+    m = Memo(device)
+    m.count = T([5.0], device)  # a new Tensor: still the buffer
+    np.testing.assert_array_equal(m.state_dict()["count"].numpy(), [5.0])
+    with pytest.raises(TypeError, match=r"Memo: cannot assign float to buffer 'count'"):
+        m.count = 1.0
+    m.count = None  # an empty slot: not in state_dict, but still registered
+    assert list(m.state_dict()) == ["scale"]
+    m.count = T([1.0], device)
+    assert list(m.state_dict()) == ["scale", "count"]
+    m.count = nn.Parameter(T([2.0], device))  # a Parameter replaces the buffer
+    assert [n for n, _ in m.named_parameters()] == ["scale", "count"]
+    assert [n for n, _ in m.named_buffers()] == ["cache"]
+    del m.cache
+    m.cache = T([0.0, 0.0], device)  # after del, a plain attribute again
+    assert [n for n, _ in m.named_buffers()] == []
+
+
+@pytest.mark.parametrize("name, value, error, message", [
+    (3, None, TypeError, r"the name must be a str, found int"),
+    ("a.b", None, ValueError, r"must be an identifier \(no dots\), found 'a.b'"),
+    ("", None, ValueError, r"must be an identifier"),
+    ("scale", None, ValueError, r"Memo already has an attribute 'scale'"),
+    ("train", None, ValueError, r"already has an attribute 'train'"),
+    ("x", np.zeros(2), TypeError, r"buffer 'x' must be a Tensor or None, found ndarray"),
+    ("x", "param", TypeError, r"'x' is a Parameter; assign Parameters as attributes"),
+])
+def test_register_buffer_rejects_bad_names_and_values(name, value, error, message, device):
+    m = Memo(device)
+    if isinstance(value, str):
+        value = nn.Parameter(T([1.0], device))
+    with pytest.raises(error, match=message):
+        m.register_buffer(name, value)
+    m.register_buffer("count", T([9.0], device))  # re-registering a buffer replaces it
+    np.testing.assert_array_equal(m.count.numpy(), [9.0])
+
+
+def test_register_buffer_works_without_module_init(device):
+    class Bare(nn.Module):
+        def __init__(self):  # the course's code sometimes skips super().__init__()
+            self.register_buffer("stat", ndl.init.ones(2, device=device))
+
+    assert list(Bare().state_dict()) == ["stat"]
+
+
+def test_batchnorm_running_stats_are_buffers_restored_in_place(device):
+    bn = nn.BatchNorm1d(3, device=device)
+    mean, var = bn.running_mean, bn.running_var
+    assert bn.buffers() == [mean, var]
+    bn.last = T(np.ones((2, 3)), device)  # course code may keep Tensors around: not state
+    assert list(bn.state_dict()) == ["weight", "bias", "running_mean", "running_var"]
+    bn.load_state_dict({"weight": np.ones(3), "bias": np.zeros(3),
+                        "running_mean": np.array([1.0, 2.0, 3.0]), "running_var": np.ones(3)})
+    assert bn.running_mean is mean and bn.running_var is var
+    np.testing.assert_array_equal(mean.numpy(), [1.0, 2.0, 3.0])
+    bn(T(np.arange(6.0).reshape(2, 3), device))  # training updates the same Tensors
+    assert bn.running_mean is mean
+    np.testing.assert_allclose(mean.numpy(), [1.05, 2.05, 3.05], rtol=1e-6)
+
+
+def test_deepcopy_and_pickle_keep_buffers_separate(device):
+    import copy
+    import pickle
+
+    m = Memo(device)
+    twin = copy.deepcopy(m)
+    twin.count.data = T([3.0], device)
+    assert [n for n, _ in twin.named_buffers()] == ["count", "cache"]
+    np.testing.assert_array_equal(m.count.numpy(), [0.0])
+    np.testing.assert_array_equal(twin.state_dict()["count"].numpy(), [3.0])
+    bn = nn.BatchNorm1d(2, device=device)
+    bn.running_mean.data = T([1.0, 2.0], device)
+    copied = pickle.loads(pickle.dumps(bn))
+    assert [n for n, _ in copied.named_buffers()] == ["running_mean", "running_var"]
+    assert copied.running_mean is not bn.running_mean
+    np.testing.assert_array_equal(copied.running_mean.numpy(), [1.0, 2.0])
+    copied(T(np.ones((2, 2)), device))  # updates the copy's statistics only
+    np.testing.assert_array_equal(bn.running_mean.numpy(), [1.0, 2.0])

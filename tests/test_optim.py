@@ -11,14 +11,14 @@ from needle import nn, optim
 SHAPES = [(3, 2), (4,)]
 
 
-def params_on(device, dtype="float64", seed=0) -> list[nn.Parameter]:
+def params_on(device, dtype="float64", seed=0, shapes=SHAPES) -> list[nn.Parameter]:
     rng = np.random.default_rng(seed)
-    return [nn.Parameter(rng.standard_normal(s), device=device, dtype=dtype) for s in SHAPES]
+    return [nn.Parameter(rng.standard_normal(s), device=device, dtype=dtype) for s in shapes]
 
 
-def grads_for(step: int) -> list[np.ndarray]:
+def grads_for(step: int, shapes=SHAPES) -> list[np.ndarray]:
     rng = np.random.default_rng(100 + step)
-    return [rng.standard_normal(s) for s in SHAPES]
+    return [rng.standard_normal(s) for s in shapes]
 
 
 def set_grads(params, grads, device, dtype="float64") -> None:
@@ -29,7 +29,7 @@ def set_grads(params, grads, device, dtype="float64") -> None:
 def np_sgd(ps, steps, lr, momentum, wd):
     ps, us = [p.copy() for p in ps], [np.zeros_like(p) for p in ps]
     for t in range(steps):
-        for p, u, g in zip(ps, us, grads_for(t)):
+        for p, u, g in zip(ps, us, grads_for(t, [p.shape for p in ps])):
             g = g + wd * p
             u[...] = momentum * u + (1 - momentum) * g
             p -= lr * u
@@ -40,7 +40,7 @@ def np_adam(ps, steps, lr, b1, b2, eps, wd):
     ps = [p.copy() for p in ps]
     ms, vs = [np.zeros_like(p) for p in ps], [np.zeros_like(p) for p in ps]
     for t in range(1, steps + 1):
-        for p, m, v, g in zip(ps, ms, vs, grads_for(t - 1)):
+        for p, m, v, g in zip(ps, ms, vs, grads_for(t - 1, [p.shape for p in ps])):
             g = g + wd * p
             m[...] = b1 * m + (1 - b1) * g
             v[...] = b2 * v + (1 - b2) * g**2
@@ -48,9 +48,9 @@ def np_adam(ps, steps, lr, b1, b2, eps, wd):
     return ps
 
 
-def run(opt, params, device, steps=10, dtype="float64") -> None:
-    for t in range(steps):
-        set_grads(params, grads_for(t), device, dtype)
+def run(opt, params, device, steps=10, dtype="float64", first=0) -> None:
+    for t in range(first, first + steps):
+        set_grads(params, grads_for(t, [p.shape for p in params]), device, dtype)
         opt.step()
 
 
@@ -181,3 +181,100 @@ def test_load_state_dict_reports_problems_and_changes_nothing(device):
     assert "state for parameter 5, but there are 2 parameters" in message
     assert "lr must be >= 0.0, found -1.0" in message
     assert target.t == 0 and target.state == {} and target.lr == 0.3
+
+
+# ----- big parameters: updated one by one, outside the flat buffer -----------------------
+BIG = (181, 190)  # 34390 elements, above Optimizer.flat_max_size (32768)
+MIXED = [(3, 2), BIG, (4,), (5,)]  # small ones flat together, the big one on its own
+RULES = {
+    "sgd": (lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.01),
+            lambda ps, steps: np_sgd(ps, steps, 0.1, 0.9, 0.01)),
+    "adam": (lambda ps: optim.Adam(ps, lr=0.05, beta1=0.8, beta2=0.95, eps=1e-6,
+                                   weight_decay=0.05),
+             lambda ps, steps: np_adam(ps, steps, 0.05, 0.8, 0.95, 1e-6, 0.05)),
+}
+
+
+def spy_updates(opt) -> list[int]:
+    """Record the size of the array each `_update` call gets (one call per group)."""
+    sizes, update = [], opt._update
+
+    def recording(param, grad, state):
+        sizes.append(int(np.prod(param.shape)))
+        return update(param, grad, state)
+
+    opt._update = recording
+    return sizes
+
+
+@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("shapes", [[BIG], MIXED], ids=["big", "mixed"])
+def test_big_parameters_are_updated_alone_and_match_numpy(rule, shapes, device):
+    make, reference = RULES[rule]
+    assert np.prod(BIG) > optim.Optimizer.flat_max_size
+    params = params_on(device, shapes=shapes)
+    start = [p.numpy() for p in params]
+    opt = make(params)
+    sizes = spy_updates(opt)
+    run(opt, params, device, steps=4)
+    small = sum(int(np.prod(s)) for s in shapes if s != BIG)
+    assert sizes == ([int(np.prod(BIG))] + ([small] if small else [])) * 4
+    for p, ref in zip(params, reference(start, 4)):
+        np.testing.assert_allclose(p.numpy(), ref, rtol=1e-12, atol=1e-14)
+    for name in opt.state_names:
+        assert [opt.state[i][name].shape for i in range(len(params))] == shapes
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_flat_max_size_set_on_the_instance_splits_groups(rule, device):
+    make, reference = RULES[rule]
+    params = params_on(device, shapes=MIXED[:1] + MIXED[2:])  # (3, 2), (4,), (5,)
+    start = [p.numpy() for p in params]
+    opt = make(params)
+    opt.flat_max_size = 4  # (3, 2) and (5,) now count as big, (4,) is a group of one
+    sizes = spy_updates(opt)
+    run(opt, params, device, steps=3)
+    assert sizes == [6, 5, 4] * 3
+    for p, ref in zip(params, reference(start, 3)):
+        np.testing.assert_allclose(p.numpy(), ref, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_state_dict_round_trips_with_big_parameters(rule, device):
+    make, _ = RULES[rule]
+    params = params_on(device, shapes=MIXED)
+    opt = make(params)
+    run(opt, params, device, steps=2)
+    copies = [nn.Parameter(p, device=device) for p in params]
+    restored = make(copies)
+    restored.load_state_dict(opt.state_dict())
+    run(opt, params, device, steps=2, first=2)
+    run(restored, copies, device, steps=2, first=2)
+    for a, b in zip(params, copies):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_flat_cache_is_explicit_per_group_and_never_stale(device):
+    shapes = [(3, 2), (4,)]
+    params = params_on(device, shapes=shapes) + params_on(device, "float32", 1, shapes)
+    opt = optim.SGD(params, lr=0.1, momentum=0.5)
+    assert opt._flat == {}  # an explicit, empty cache from the start
+    for t in range(2):
+        for p, g in zip(params, grads_for(t, shapes) * 2):
+            p.grad = ndl.Tensor(g, device=device, requires_grad=False)
+        opt.step()
+    assert len(opt._flat) == 2  # float64 and float32 groups each keep their flat arrays
+    assert sorted(group.indices for group in opt._flat.values()) == [(0, 1), (2, 3)]
+    # replacing a parameter's data (load_state_dict on a model does) or the optimizer's
+    # state invalidates the cache: the next step must use the new arrays
+    params[0].data = ndl.Tensor(np.zeros((3, 2)), device=device)
+    opt.load_state_dict(opt.state_dict())
+    assert opt._flat == {}
+    u = [opt.state[i]["u"] for i in (0, 1)]
+    expected = [p - 0.1 * (0.5 * device.to_numpy(s) + 0.5 * g) for p, s, g in
+                zip([np.zeros((3, 2)), params[1].numpy()], u, grads_for(2, shapes))]
+    for p, g in zip(params, grads_for(2, shapes) * 2):
+        p.grad = ndl.Tensor(g, device=device, requires_grad=False)
+    opt.step()
+    for p, ref in zip(params[:2], expected):
+        np.testing.assert_allclose(p.numpy(), ref, rtol=1e-12, atol=1e-14)

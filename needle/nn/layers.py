@@ -8,7 +8,7 @@ from typing import Any
 from .. import init, ops
 from ..autograd import Tensor
 from ..backends import Device
-from .module import Module, Parameter
+from .module import Module, Parameter, check_size
 
 
 class Identity(Module):
@@ -102,8 +102,8 @@ class Linear(Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True,
                  device: Device | None = None, dtype: str = "float32"):
         super().__init__()
-        self.in_features = in_features
-        self.out_features = out_features
+        self.in_features = in_features = check_size("Linear", "in_features", in_features)
+        self.out_features = out_features = check_size("Linear", "out_features", out_features)
         # the course's order: weight drawn first, then bias (with fan_in = out_features)
         self.weight = Parameter(init.kaiming_uniform(in_features, out_features,
                                                      device=device, dtype=dtype))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Iterator, Mapping
 
 from ..autograd import Tensor
@@ -14,6 +15,20 @@ class Parameter(Tensor):
     __slots__ = ()
 
 
+def check_size(owner: str, name: str, value: Any) -> int:
+    """`value` as an int >= 1: a TypeError for non-integers (bools too), ValueError below 1."""
+    if isinstance(value, bool):
+        raise TypeError(f"{owner}: {name} must be an integer, found {value!r}")
+    try:
+        size = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{owner}: {name} must be an integer, found {value!r} "
+                        f"({type(value).__name__})") from None
+    if size < 1:
+        raise ValueError(f"{owner}: {name} must be >= 1, found {size}")
+    return size
+
+
 def _items(obj: Any) -> Any:
     """The (name, value) pairs one level below a Module, dict, list or tuple."""
     if isinstance(obj, Module):
@@ -23,21 +38,36 @@ def _items(obj: Any) -> Any:
     return enumerate(obj)
 
 
-def _walk(obj: Any, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, Any]]:
-    """Every Tensor and Module below `obj`, in attribute insertion order, with dotted names.
+def _walk(obj: Any, prefix: str = "", recurse: bool = True, saved_only: bool = False,
+          seen: set[int] | None = None) -> Iterator[tuple[str, Any]]:
+    """Every Parameter, registered buffer and Module below `obj`, in attribute insertion
+    order, with dotted names.
 
-    Containers (dicts, lists, tuples) are entered; Modules are entered when `recurse`.
+    Containers (dicts, lists, tuples) are entered; Modules are entered when `recurse`, each
+    once (a shared or self-referencing module cannot repeat or loop). A Tensor is yielded
+    when it is a Parameter (anywhere) or a buffer registered on the module holding it
+    (with `saved_only`, a persistent one).
     """
+    seen = {id(obj)} if seen is None else seen
+    buffers = _buffer_table(obj) if isinstance(obj, Module) else {}
     for key, value in _items(obj):
         name = f"{prefix}{key}"
         if isinstance(value, Tensor):
-            yield name, value
-        elif isinstance(value, Module):
-            yield name, value
-            if recurse:
-                yield from _walk(value, name + ".")
-        elif isinstance(value, (dict, list, tuple)):
-            yield from _walk(value, name + ".", recurse)
+            buffer = key in buffers and (buffers[key] or not saved_only)
+            if buffer or isinstance(value, Parameter):
+                yield name, value
+        elif isinstance(value, (Module, dict, list, tuple)) and id(value) not in seen:
+            seen.add(id(value))
+            if isinstance(value, Module):
+                yield name, value
+                if not recurse:
+                    continue
+            yield from _walk(value, name + ".", recurse, saved_only, seen)
+
+
+def _buffer_table(module: Module) -> dict[str, bool]:
+    """The module's registered buffer names, each mapped to "persistent" (in state_dict)."""
+    return vars(module).get("_buffers", {})
 
 
 def _unique(pairs: Iterator[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
@@ -60,21 +90,70 @@ def _indent(text: str, spaces: int = 2) -> str:
 
 
 class Module:
-    """Base class of layers and models: holds Parameters, buffers and child Modules."""
+    """Base class of layers and models: holds Parameters, buffers and child Modules.
+
+    Parameters and child Modules are found in the attributes (and in lists, tuples and
+    dicts held by them). Buffers, the non-learned state saved in `state_dict()` (such as
+    BatchNorm's running statistics), are the Tensors registered with `register_buffer`;
+    any other Tensor attribute (an input kept in `forward`, say) is neither.
+    """
 
     training: bool = True
 
     def __init__(self) -> None:
         self.training = True
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        buffers = _buffer_table(self)
+        if name in buffers:
+            if isinstance(value, (Parameter, Module)):
+                del buffers[name]  # as in PyTorch: it becomes a parameter or a submodule
+            elif value is not None and not isinstance(value, Tensor):
+                raise TypeError(f"{type(self).__name__}: cannot assign "
+                                f"{type(value).__name__} to buffer {name!r} (a Tensor or "
+                                "None expected)")
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        object.__delattr__(self, name)
+        _buffer_table(self).pop(name, None)
+
+    def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True
+                        ) -> None:
+        """Add a buffer: state that is saved and moved with the module but never learned.
+
+        It is read and replaced as the attribute `name`; `persistent=False` leaves it out
+        of `state_dict()`. None registers an empty slot (skipped until a Tensor is set).
+        """
+        where = f"{type(self).__name__}.register_buffer"
+        if not isinstance(name, str):
+            raise TypeError(f"{where}: the name must be a str, found {type(name).__name__}")
+        if not name.isidentifier():
+            raise ValueError(f"{where}: the name must be an identifier (no dots), "
+                             f"found {name!r}")
+        if hasattr(self, name) and name not in _buffer_table(self):
+            raise ValueError(f"{where}: {type(self).__name__} already has an attribute "
+                             f"{name!r}")
+        if isinstance(tensor, Parameter):
+            raise TypeError(f"{where}: {name!r} is a Parameter; assign Parameters as "
+                            "attributes instead")
+        if tensor is not None and not isinstance(tensor, Tensor):
+            raise TypeError(f"{where}: buffer {name!r} must be a Tensor or None, found "
+                            f"{type(tensor).__name__}")
+        if "_buffers" not in vars(self):  # a subclass may skip Module.__init__
+            object.__setattr__(self, "_buffers", {})
+        self._buffers[name] = bool(persistent)
+        object.__setattr__(self, name, tensor)
+
     # ----- discovery (course API) -------------------------------------------------------
     def parameters(self) -> list[Parameter]:
         """Every Parameter of this module and its descendants, in insertion order, once each."""
         return [p for _, p in self.named_parameters()]
 
-    def _children(self) -> list[Module]:
-        """Every descendant Module (children, grandchildren, ...), in insertion order."""
-        return [m for _, m in _walk(self) if isinstance(m, Module)]
+    def descendants(self) -> list[Module]:
+        """Every descendant Module (children, grandchildren, ...), in insertion order, once
+        each; `children()` gives the direct ones only."""
+        return [m for _, m in self.named_descendants()]
 
     # ----- discovery (PyTorch-shaped) ----------------------------------------------------
     def named_parameters(self) -> Iterator[tuple[str, Parameter]]:
@@ -82,12 +161,12 @@ class Module:
         return ((n, p) for n, p in _unique(_walk(self)) if isinstance(p, Parameter))
 
     def named_buffers(self) -> Iterator[tuple[str, Tensor]]:
-        """(dotted name, Tensor) for Tensor attributes that are not Parameters (running stats)."""
+        """(dotted name, Tensor) for the registered buffers of this module and below."""
         return ((n, t) for n, t in _unique(_walk(self))
                 if isinstance(t, Tensor) and not isinstance(t, Parameter))
 
     def buffers(self) -> list[Tensor]:
-        """The buffers: Tensor attributes that are not Parameters."""
+        """The registered buffers of this module and its descendants."""
         return [b for _, b in self.named_buffers()]
 
     def named_children(self) -> Iterator[tuple[str, Module]]:
@@ -98,15 +177,21 @@ class Module:
         """The direct child modules."""
         return [m for _, m in self.named_children()]
 
-    def _named_tensors(self) -> dict[str, Tensor]:
-        """Parameters and buffers by dotted name, in insertion order."""
-        return {n: t for n, t in _unique(_walk(self)) if isinstance(t, Tensor)}
+    def named_descendants(self) -> Iterator[tuple[str, Module]]:
+        """(dotted name, Module) for every descendant, e.g. ("modules.2.fn", ...)."""
+        return ((n, m) for n, m in _walk(self) if isinstance(m, Module))
+
+    def _named_tensors(self, saved_only: bool = False) -> dict[str, Tensor]:
+        """Parameters and buffers by dotted name, in insertion order (with `saved_only`,
+        without the non-persistent buffers)."""
+        return {n: t for n, t in _unique(_walk(self, saved_only=saved_only))
+                if isinstance(t, Tensor)}
 
     # ----- modes -------------------------------------------------------------------------
     def train(self, mode: bool = True) -> Module:
         """Set training mode on this module and all its descendants."""
         self.training = mode
-        for m in self._children():
+        for m in self.descendants():
             m.training = mode
         return self
 
@@ -117,7 +202,7 @@ class Module:
     # ----- state ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Tensor]:
         """Parameters and buffers by dotted name, as detached Tensors sharing storage."""
-        return {n: t.detach() for n, t in self._named_tensors().items()}
+        return {n: t.detach() for n, t in self._named_tensors(saved_only=True).items()}
 
     def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> None:
         """Copy `state` (Tensors or arrays) into this module's parameters and buffers.
@@ -129,7 +214,7 @@ class Module:
         """
         if not isinstance(state, Mapping):
             raise TypeError(f"load_state_dict expects a mapping, got {type(state).__name__}")
-        own = self._named_tensors()
+        own = self._named_tensors(saved_only=True)
         missing = [k for k in own if k not in state]
         unexpected = [k for k in state if k not in own]
         problems = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 from .. import init, ops
 from ..autograd import Tensor
 from ..backends import Device
-from .module import Module, Parameter
+from .module import Module, Parameter, check_size
 
 
 class BatchNorm1d(Module):
@@ -14,24 +14,32 @@ class BatchNorm1d(Module):
     def __init__(self, dim: int, eps: float = 1e-5, momentum: float = 0.1,
                  device: Device | None = None, dtype: str = "float32"):
         super().__init__()
-        self.dim = dim
+        self.dim = dim = check_size(type(self).__name__, "dim", dim)
         self.eps = eps
         self.momentum = momentum
         self.weight = Parameter(init.ones(dim, device=device, dtype=dtype))
         self.bias = Parameter(init.zeros(dim, device=device, dtype=dtype))
-        # buffers: Tensors, not Parameters (saved in state_dict, never optimised)
-        self.running_mean = init.zeros(dim, device=device, dtype=dtype)
-        self.running_var = init.ones(dim, device=device, dtype=dtype)
+        # buffers: saved in state_dict and moved by to(), never optimised; the running
+        # statistics are updated in place, so `bn.running_mean` stays the same Tensor
+        self.register_buffer("running_mean", init.zeros(dim, device=device, dtype=dtype))
+        self.register_buffer("running_var", init.ones(dim, device=device, dtype=dtype))
 
     def forward(self, x: Tensor) -> Tensor:
         """(x - mean) / sqrt(var + eps) * weight + bias, with batch or running statistics."""
         if x.ndim != 2 or x.shape[1] != self.dim:
             raise ValueError(f"{type(self).__name__}: expected input of shape (N, {self.dim}), "
                              f"found {x.shape}")
-        return self._normalize(x)
+        return self._normalize(x, x.shape)
 
-    def _normalize(self, x: Tensor) -> Tensor:
-        """The normalisation of a checked (N, dim) input."""
+    def _normalize(self, x: Tensor, shape: tuple[int, ...]) -> Tensor:
+        """The normalisation of a checked (N, dim) input, reshaped from an input of `shape`."""
+        count = x.shape[0]  # values per channel
+        if count == 0 or (self.training and count == 1):
+            # one value has no variance: PyTorch refuses it too (an empty batch has no mean)
+            need = "more than 1 value" if self.training else "at least 1 value"
+            mode = "when training" if self.training else "in eval mode"
+            raise ValueError(f"{type(self).__name__}: expected {need} per channel {mode}, "
+                             f"found input of shape {shape}")
         if not self.training:
             # the running statistics are constants: fold them into one scale
             inv_std = (self.running_var.realize_cached_data() + self.eps) ** -0.5
@@ -70,7 +78,7 @@ class BatchNorm2d(BatchNorm1d):
                              f"found {x.shape}")
         n, c, h, w = x.shape
         flat = ops.reshape(ops.permute(x, (0, 2, 3, 1)), (n * h * w, c))
-        out = self._normalize(flat)
+        out = self._normalize(flat, x.shape)
         return ops.permute(ops.reshape(out, (n, h, w, c)), (0, 3, 1, 2))
 
 
@@ -80,7 +88,7 @@ class LayerNorm1d(Module):
     def __init__(self, dim: int, eps: float = 1e-5, device: Device | None = None,
                  dtype: str = "float32"):
         super().__init__()
-        self.dim = dim
+        self.dim = dim = check_size("LayerNorm1d", "dim", dim)
         self.eps = eps
         self.weight = Parameter(init.ones(dim, device=device, dtype=dtype))
         self.bias = Parameter(init.zeros(dim, device=device, dtype=dtype))

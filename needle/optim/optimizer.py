@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from ..autograd import Tensor
@@ -22,6 +23,35 @@ def check_range(owner: str, name: str, value: Any, low: float, high: float | Non
             f"in [{low}, {high}]" if high_inclusive else f"in [{low}, {high})")
         raise ValueError(f"{owner}: {name} must be {interval}, found {value}")
     return value
+
+
+@dataclass
+class _FlatGroup:
+    """A group's flat arrays after a step, reused by the next step while nothing replaced
+    them: every parameter (and state entry) of the group still holds the view it was given.
+
+    Saves the concatenation of parameters and state into flat arrays on every step.
+    """
+
+    indices: tuple[int, ...]
+    params: Any  # the flat parameter array
+    param_views: dict[int, Any]  # parameter index -> its slice of `params`, reshaped
+    state: dict[str, Any]  # state name -> flat array ({} for a stateless rule)
+    state_entries: dict[int, dict[str, Any]]  # parameter index -> its state dict of views
+
+    def flat_params(self, indices: tuple[int, ...], params: list[Tensor]) -> Any | None:
+        """The flat parameters of `indices`, or None when they must be rebuilt."""
+        if self.indices == indices and all(p.cached_data is self.param_views[i]
+                                           for i, p in zip(indices, params)):
+            return self.params
+        return None
+
+    def flat_state(self, indices: tuple[int, ...], state: dict[int, dict]) -> dict | None:
+        """The flat state of `indices`, or None when it must be rebuilt."""
+        if self.indices == indices and self.state and all(
+                state.get(i) is self.state_entries[i] for i in indices):
+            return self.state
+        return None
 
 
 class Optimizer:
@@ -47,6 +77,7 @@ class Optimizer:
                                 f"found {type(p).__name__}")
         self.state: dict[int, dict[str, Any]] = {}
         self.t = 0  # number of step() calls
+        self._flat: dict[tuple, _FlatGroup] = {}  # (device, dtype) -> last step's flat arrays
 
     def _check(self, name: str, value: Any) -> float:
         """Validate one hyperparameter (subclasses define the ranges)."""
@@ -70,10 +101,11 @@ class Optimizer:
                     self._step_group([i])
                 else:
                     groups.setdefault((p.device, data.dtype), []).append(i)
-        for indices in groups.values():
-            self._step_group(indices)
+        for key, indices in groups.items():
+            self._step_group(indices, key)
 
-    def _step_group(self, indices: list[int]) -> None:
+    def _step_group(self, indices: list[int], key: tuple | None = None) -> None:
+        """Update the parameters `indices`: one by one, or as one flat array (group `key`)."""
         params = [self.params[i] for i in indices]
         device = params[0].device
         xp = device.xp
@@ -89,11 +121,14 @@ class Optimizer:
                                                         self.state.get(i, {}))
             if state:
                 self.state[i] = state
+            self._flat.pop(key, None)  # a group of one has no flat arrays to keep
             return
         shapes = [p.cached_data.shape for p in params]
-        flat_p = self._flat_params(indices, params, xp)
+        cache = self._flat.get(key)
+        flat_p = self._flat_params(indices, params, xp, cache)
         flat_g = xp.concat([xp.reshape(g, (-1,)) for g in grads])
-        new_p, new_state = self._update(flat_p, flat_g, self._flat_state(indices, params, xp))
+        new_p, new_state = self._update(flat_p, flat_g,
+                                        self._flat_state(indices, params, xp, cache))
         # hand every parameter (and its state) a view of its slice of the new flat arrays
         start = 0
         param_views, state_entries = {}, {}
@@ -105,24 +140,25 @@ class Optimizer:
                     name: xp.reshape(a[start:end], shape) for name, a in new_state.items()
                 }
             start = end
-        self._flat = (tuple(indices), new_p, param_views, new_state, state_entries)
+        self._flat[key] = _FlatGroup(tuple(indices), new_p, param_views, new_state,
+                                    state_entries)
 
-    def _flat_params(self, indices: list[int], params: list[Tensor], xp: Any) -> Any:
+    def _flat_params(self, indices: list[int], params: list[Tensor], xp: Any,
+                     cache: _FlatGroup | None) -> Any:
         """The group's parameters as one flat array: last step's, while nothing replaced them."""
-        key, flat, views, _, _ = getattr(self, "_flat", (None,) * 5)
-        if key == tuple(indices) and all(p.cached_data is views[i]
-                                         for i, p in zip(indices, params)):
+        flat = cache.flat_params(tuple(indices), params) if cache is not None else None
+        if flat is not None:
             return flat
         return xp.concat([xp.reshape(p.cached_data, (-1,)) for p in params])
 
-    def _flat_state(self, indices: list[int], params: list[Tensor], xp: Any) -> dict:
+    def _flat_state(self, indices: list[int], params: list[Tensor], xp: Any,
+                    cache: _FlatGroup | None) -> dict:
         """The group's state as flat arrays (zeros where a parameter has none yet)."""
         if not any(i in self.state for i in indices):
             return {}
-        key, _, _, flat_state, entries = getattr(self, "_flat", (None,) * 5)
-        if key == tuple(indices) and flat_state and all(
-                self.state.get(i) is entries[i] for i in indices):
-            return flat_state  # every per-parameter entry is still last step's view
+        flat = cache.flat_state(tuple(indices), self.state) if cache is not None else None
+        if flat is not None:
+            return flat  # every per-parameter entry is still last step's view
         return {
             name: xp.concat([
                 xp.reshape(self.state.get(i, {}).get(name, xp.zeros_like(p.cached_data)), (-1,))
@@ -212,6 +248,7 @@ class Optimizer:
             setattr(self, name, hyper[name])
         self.t = t
         self.state = new_state
+        self._flat.clear()  # the cached flat state is the replaced state's
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.hyperparameters)

@@ -1,0 +1,176 @@
+"""ndl.save / ndl.load: nested dicts/lists of Tensors, arrays and scalars in one `.npz`.
+
+The structure becomes a JSON manifest (a tree of typed nodes) and every array a member of
+the archive, named by its path in the structure (e.g. "model/modules.0.weight"). Writing
+and reading the archive of host arrays is `backends/checkpoint.py`'s job; this file knows
+Tensors and containers. Files are pickle-free: `np.load(path, allow_pickle=False)` reads
+them. Structures nest at most `MAX_DEPTH` containers deep, on save and on load.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from .autograd import Tensor
+from .backends import Device, cpu
+from .backends.checkpoint import MANIFEST, host_kind, read_archive, write_archive
+
+FORMAT = "needle-checkpoint"
+VERSION = 1
+#: the deepest nesting of containers save writes and load reads (a state_dict uses 2 to 4)
+MAX_DEPTH = 100
+
+
+class _FileError(ValueError):
+    """A load problem with its own message (not "corrupt manifest"); load adds the path."""
+
+
+def save(obj: Any, path: str | os.PathLike) -> None:
+    """Write `obj` (nested dicts/lists/tuples of Tensors, numpy arrays, Python scalars,
+    strings and None) to `path` as an `.npz`, atomically and bit-exactly."""
+    arrays: dict[str, Any] = {}
+    tree = _Encoder(arrays).encode(obj, "", 0)
+    manifest = json.dumps({"format": FORMAT, "version": VERSION, "tree": tree})
+    write_archive(path, arrays, manifest.encode("utf-8"))
+
+
+def load(path: str | os.PathLike, device: Device | None = None) -> Any:
+    """Read a checkpoint written by `save`; Tensors are restored on `device` (default cpu)."""
+    device = cpu() if device is None else device
+    path = os.fspath(path)
+    raw, arrays = read_archive(path)
+    try:
+        try:
+            manifest = json.loads(raw.decode("utf-8"))
+        except RecursionError:
+            raise _FileError(f"nests deeper than {MAX_DEPTH} levels, the most needle "
+                             "writes") from None
+        _check_header(manifest)
+        return _decode(manifest["tree"], arrays, device, "", 0)
+    except _FileError as e:
+        raise ValueError(f"load: {path!r} {e}") from None
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
+        raise ValueError(f"load: {path!r} has a corrupt manifest ({e!r})") from e
+
+
+def _check_header(manifest: Any) -> None:
+    """The manifest's format and version must be ones this needle reads."""
+    if manifest.get("format") != FORMAT:
+        raise ValueError(f"format {manifest.get('format')!r}, expected {FORMAT!r}")
+    version = manifest.get("version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ValueError(f"version {version!r}, expected an int >= 1")
+    if version > VERSION:
+        raise _FileError(f"is {FORMAT} version {version}, newer than this needle reads "
+                         f"(version {VERSION}); upgrade needle to load it")
+
+
+def _child(name: str, key: Any) -> str:
+    return f"{name}/{key}" if name else str(key)
+
+
+def _where(name: str) -> str:
+    """`name` for an error message, shortened when a deep path makes it long."""
+    name = name or "the top level"
+    return repr(name if len(name) <= 80 else name[:77] + "...")
+
+
+class _Encoder:
+    """Builds the manifest tree of one object, collecting its arrays by member name."""
+
+    def __init__(self, arrays: dict[str, Any]):
+        self.arrays = arrays
+        self.open: dict[int, str] = {}  # containers being encoded (id -> path): cycles
+
+    def key(self, name: str) -> str:
+        """A member name for `name`, unique within the archive."""
+        base = name or "value"
+        key, n = base, 1
+        while key in self.arrays or key == MANIFEST:
+            n += 1
+            key = f"{base}#{n}"
+        return key
+
+    def encode(self, obj: Any, name: str, depth: int) -> dict:
+        """The manifest node for `obj` (`depth` containers deep); its arrays go to `arrays`."""
+        if isinstance(obj, Tensor):
+            key = self.key(name)
+            self.arrays[key] = obj.numpy()
+            return {"type": "tensor", "key": key, "requires_grad": bool(obj.requires_grad)}
+        kind = host_kind(obj)
+        if kind is not None:
+            key = self.key(name)
+            self.arrays[key] = obj
+            return {"type": kind, "key": key}
+        if obj is None:
+            return {"type": "none"}
+        if isinstance(obj, (bool, int, float, str)):
+            return {"type": type(obj).__name__, "value": obj}
+        if isinstance(obj, (dict, list, tuple)):
+            return self.container(obj, name, depth + 1)
+        raise TypeError(f"save: cannot save {type(obj).__name__} at {_where(name)}; "
+                        "expected Tensors, numpy arrays, Python scalars, strings, None, "
+                        "and dicts/lists/tuples of them")
+
+    def container(self, obj: dict | list | tuple, name: str, depth: int) -> dict:
+        """The node of a dict, list or tuple at `depth`."""
+        if id(obj) in self.open:
+            raise ValueError(f"save: the {type(obj).__name__} at {_where(name)} contains "
+                             f"itself (it is also at {_where(self.open[id(obj)])})")
+        if depth > MAX_DEPTH:
+            raise ValueError(f"save: containers nest deeper than {MAX_DEPTH} levels at "
+                             f"{_where(name)}")
+        self.open[id(obj)] = name
+        try:
+            if isinstance(obj, dict):
+                items = []
+                for k, v in obj.items():
+                    if isinstance(k, bool) or not isinstance(k, (str, int)):
+                        raise TypeError(f"save: dict keys must be str or int, found {k!r} "
+                                        f"({type(k).__name__}) in {_where(name)}")
+                    items.append([k, self.encode(v, _child(name, k), depth)])
+                return {"type": "dict", "items": items}
+            return {"type": type(obj).__name__,
+                    "items": [self.encode(v, _child(name, i), depth) for i, v in enumerate(obj)]}
+        finally:
+            del self.open[id(obj)]
+
+
+def _decode(node: dict, arrays: dict[str, Any], device: Device, name: str, depth: int) -> Any:
+    """The object a manifest node at `name`, `depth` containers deep, describes."""
+    kind = node["type"]
+    if kind == "tensor":
+        return _tensor(arrays[node["key"]], bool(node["requires_grad"]), device, name)
+    if kind == "ndarray":
+        return arrays[node["key"]]
+    if kind == "numpy_scalar":
+        return arrays[node["key"]][()]
+    if kind == "none":
+        return None
+    if kind in ("bool", "int", "float", "str"):
+        value = node["value"]
+        return float(value) if kind == "float" else value
+    if kind not in ("dict", "list", "tuple"):
+        raise ValueError(f"unknown node type {kind!r}")
+    depth += 1
+    if depth > MAX_DEPTH:
+        raise _FileError(f"nests deeper than {MAX_DEPTH} levels (at {_where(name)}), the most "
+                         "needle writes")
+    if kind == "dict":
+        return {k: _decode(v, arrays, device, _child(name, k), depth) for k, v in node["items"]}
+    items = [_decode(v, arrays, device, _child(name, i), depth)
+             for i, v in enumerate(node["items"])]
+    return items if kind == "list" else tuple(items)
+
+
+def _tensor(array: Any, requires_grad: bool, device: Device, name: str) -> Tensor:
+    """A Tensor on `device` holding a copy of the host `array`."""
+    try:
+        device.dtype(array.dtype)
+    except TypeError:
+        raise _FileError(f"holds a {array.dtype} tensor at {_where(name)}, a dtype {device} "
+                         "does not support; load it on another device") from None
+    data = device.from_numpy(array)
+    return Tensor.make_const(data, requires_grad=requires_grad, device=device)
