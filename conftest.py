@@ -1,12 +1,19 @@
 """Test configuration: every computing test takes the `device` fixture, run on every device.
 
-An unavailable device is skipped with its reason (shown in pytest's summary);
-`--device cpu,strict` (or a repeated `--device`) narrows the run to the named devices.
+An unavailable device is skipped with its reason, summarised in one line per device at the end
+(other skips are listed as usual); `--device cpu,strict` (or a repeated `--device`) narrows the
+run to the named devices. Tests marked `slow` run by default; `-m "not slow"` leaves them out.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Generator
+
 import pytest
+
+# user_properties entry of a test skipped because its device is unavailable
+DEVICE_SKIP = "needle_unavailable_device"
 
 DEVICE_NAMES = ("cpu", "cuda", "strict")
 
@@ -51,5 +58,33 @@ def device(request: pytest.FixtureRequest):
 
     dev = getattr(backends, request.param)()
     if not dev.enabled():
+        request.node.user_properties.append((DEVICE_SKIP, request.param))
         pytest.skip(dev.unavailable_reason())
     return dev
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter) -> Generator[None]:
+    """One line per unavailable device instead of one per test (after pytest's own summary)."""
+    stats = terminalreporter.stats
+    if "skipped" not in stats:
+        return (yield)
+    skipped = stats["skipped"]
+    devices = Counter()  # (device, reason) -> tests
+    others = []
+    for report in skipped:
+        name = dict(getattr(report, "user_properties", ())).get(DEVICE_SKIP)
+        if name is None:
+            others.append(report)
+        else:
+            reason = str(report.longrepr[2]).removeprefix("Skipped: ")
+            devices[name, reason] += 1
+    stats["skipped"] = others  # pytest's short summary lists the other skips as usual
+    try:
+        return (yield)
+    finally:
+        stats["skipped"] = skipped  # the final counts include every skip
+        if devices and "s" in terminalreporter.reportchars and not terminalreporter.no_summary:
+            for (name, reason), n in devices.items():
+                terminalreporter.write_line(f"{name}: {n} test{'s' * (n != 1)} skipped: "
+                                            f"{reason}")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import textwrap
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -63,3 +65,49 @@ def test_ruff_bans_numpy_in_the_framework_proper(path, banned):
     out = subprocess.run([str(ruff), "check", "--stdin-filename", path, "-"], input=code,
                          capture_output=True, text=True, cwd=ROOT)
     assert ("TID251" in out.stdout) == banned, out.stdout
+
+
+def test_pytest_registers_slow_and_ci_runs_it():
+    options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]
+    options = options["ini_options"]
+    assert any(m.startswith("slow:") for m in options["markers"])
+    assert "--strict-markers" in options["addopts"]  # a mistyped marker is an error
+    assert "not slow" not in (ROOT / ".ci" / "run").read_text()
+
+
+def test_unavailable_devices_are_summarised_in_one_line_each(tmp_path):
+    # the project's pytest setup, with cuda and strict made unavailable whatever this machine has
+    (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    (tmp_path / "conftest.py").write_text((ROOT / "conftest.py").read_text() + textwrap.dedent("""
+        from needle import backends as _backends
+        for _name in ("cuda", "strict"):
+            _cls = type(getattr(_backends, _name)())
+            _cls.enabled = lambda self: False
+            _cls.unavailable_reason = lambda self, n=_name: f"{n}() is unavailable: test"
+        """))
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_x.py").write_text(textwrap.dedent("""
+        import pytest
+        def test_a(device): pass
+        def test_b(device): pass
+        def test_plain(): pytest.skip("not today")
+        """))
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+                         capture_output=True, text=True, cwd=tmp_path).stdout
+    lines = out.strip().splitlines()
+    assert lines[-4:-1] == ["SKIPPED [1] tests/test_x.py:5: not today",
+                            "cuda: 2 tests skipped: cuda() is unavailable: test",
+                            "strict: 2 tests skipped: strict() is unavailable: test"], out
+    assert lines[-1].startswith("2 passed, 5 skipped") and "SKIPPED [2]" not in out
+
+
+def test_readme_documents_every_needle_train_option():
+    from needle.apps.train import build_parser
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## `needle-train`"):text.index("## Layout")]
+    for action in build_parser()._actions:
+        if action.dest != "help":
+            assert action.option_strings[-1] in section, action.option_strings
+    # the strict device needs array-api-strict, which comes with the test extra
+    assert "--device strict" in section and "'.[test]'" in section

@@ -1,1 +1,1 @@
-"""needle.apps (work in progress)."""
+"""The course applications: `simple_ml` (hw1), `mlp_resnet` (hw2) and the `needle-train` CLI."""

@@ -5,12 +5,16 @@ Absolute imports only, so `from mlp_resnet import *` works with this folder on s
 
 from __future__ import annotations
 
+import contextlib
+import math
+
 import numpy as np
 
 import needle as ndl
 import needle.nn as nn
 
-__all__ = ["ResidualBlock", "MLPResNet", "epoch", "train_mnist"]
+__all__ = ["ResidualBlock", "MLPResNet", "epoch", "train_mnist",
+           "run_epoch", "NonFiniteLoss"]
 
 
 def ResidualBlock(dim: int, hidden_dim: int, norm=nn.BatchNorm1d, drop_prob: float = 0.1,
@@ -42,28 +46,72 @@ def MLPResNet(dim: int, hidden_dim: int = 100, num_blocks: int = 3, num_classes:
     )
 
 
+class NonFiniteLoss(FloatingPointError):
+    """Raised by `run_epoch(check_finite=True)`: batch `batch` (from 1) had a nan or inf loss."""
+
+    def __init__(self, batch: int, loss: float):
+        super().__init__(f"the loss is {loss} in batch {batch}")
+        self.batch, self.loss = batch, loss
+
+
+def run_epoch(loader, model: nn.Module, loss_fn, opt=None, *, create_graph: bool | None = None,
+              bar=None, check_finite: bool = False, every: int = 10) -> tuple[float, float]:
+    """One pass over `loader` (training when `opt` is given): (error rate, mean loss).
+
+    Errors and the batch-size-weighted loss sum stay on the device (the sum in float64, so it
+    equals a host sum of the float32 batch losses exactly); the host reads them only every
+    `every` batches (for `bar`'s postfix and, with `check_finite`, a NonFiniteLoss naming the
+    first bad batch) and at the end. `create_graph=None` calls the course's `loss.backward()`.
+    """
+    errors = total = None
+    count, recent = 0, []  # recent: (batch number, weighted loss) since the last host read
+    for i, (X, y) in enumerate(loader, start=1):
+        with ndl.no_grad() if opt is None else contextlib.nullcontext():
+            logits = model(X)
+            loss = loss_fn(logits, y)
+        if opt is not None:
+            opt.reset_grad()
+            if create_graph is None:
+                loss.backward()
+            else:
+                loss.backward(create_graph=create_graph)
+            opt.step()
+        xp, n = logits.device.xp, X.shape[0]
+        wrong = xp.sum(xp.astype(xp.argmax(logits.cached_data, axis=1)
+                                 != xp.astype(y.cached_data, xp.int64), xp.int64))
+        part = xp.astype(loss.cached_data, xp.float64) * n
+        errors = wrong if errors is None else errors + wrong
+        total = part if total is None else total + part
+        count += n
+        if check_finite:
+            recent.append((i, part))
+        if i % every == 0 and (bar is not None or check_finite):
+            _host_read(total, count, recent, bar, check_finite)
+        if bar is not None:
+            bar.update(1)
+    if count == 0:
+        raise ValueError(f"run_epoch: the loader {loader!r} yielded no batches")
+    _host_read(total, count, recent, None, check_finite)
+    return int(errors) / count, float(total) / count
+
+
+def _host_read(total, count: int, recent: list, bar, check_finite: bool) -> None:
+    """The periodic host read: bar postfix, then (optionally) the nan/inf check."""
+    mean = float(total) / count
+    if bar is not None:
+        bar.set_postfix(loss=f"{mean:.4f}")
+    if check_finite and not math.isfinite(mean):
+        batch, part = next(((j, p) for j, p in recent if not math.isfinite(float(p))),
+                           recent[-1])
+        raise NonFiniteLoss(batch, float(part))
+    recent.clear()
+
+
 def epoch(dataloader, model: nn.Module, opt=None) -> tuple[float, float]:
     """One pass over `dataloader`: trains when `opt` is given; returns (error rate, mean loss)."""
     np.random.seed(4)
     model.train() if opt is not None else model.eval()
-    loss_fn = nn.SoftmaxLoss()
-    errors, total_loss, count = 0, 0.0, 0
-    for X, y in dataloader:
-        if opt is None:
-            with ndl.no_grad():
-                logits = model(X)
-                loss = loss_fn(logits, y)
-        else:
-            logits = model(X)
-            loss = loss_fn(logits, y)
-            opt.reset_grad()
-            loss.backward()
-            opt.step()
-        n = X.shape[0]
-        errors += int(np.sum(logits.numpy().argmax(axis=1) != y.numpy()))
-        total_loss += float(loss.numpy()) * n  # weighted by batch size
-        count += n
-    return errors / count, total_loss / count
+    return run_epoch(dataloader, model, nn.SoftmaxLoss(), opt)
 
 
 def train_mnist(batch_size: int = 100, epochs: int = 10, optimizer=ndl.optim.Adam,

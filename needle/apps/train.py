@@ -3,6 +3,9 @@
     needle-train                        # built-in data: 5k training images, official 10k test
     needle-train --device strict --epochs 2 --quiet
     needle-train --checkpoint run.npz   # saved after every epoch; --resume run.npz continues
+
+Exit status: 0 done, 1 the loss became nan/inf or a checkpoint could not be written,
+2 a usage or data error, 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -10,14 +13,18 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
 import needle as ndl
-from needle.apps.mlp_resnet import MLPResNet
+from needle.apps.mlp_resnet import MLPResNet, NonFiniteLoss, run_epoch
+from needle.backends import Device
 from needle.data import (
     MNIST_FILES,
     DataLoader,
@@ -29,75 +36,227 @@ from needle.data import (
 
 DEVICES = {"cpu": ndl.cpu, "cuda": ndl.cuda, "strict": ndl.strict}
 OPTIMIZERS = {"adam": ndl.optim.Adam, "sgd": ndl.optim.SGD}
-# settings that must match between a checkpoint and the run that resumes it
-ARCH_KEYS = ("hidden_dim", "optimizer", "batch_size", "seed", "epochs", "schedule",
-             "augment")
+SCHEDULES = ("cosine", "constant")
+# the settings of a run: stored in its checkpoints; a resumed run must agree (but --epochs)
+SETTINGS: dict[str, Any] = {
+    "epochs": 20, "batch_size": 100, "optimizer": "adam", "lr": 0.001, "weight_decay": 0.001,
+    "momentum": 0.0, "hidden_dim": 256, "schedule": "cosine", "augment": 2, "seed": 0,
+}
+# where a run computes and finds its data: stored too, but a resumed run may change them
+PLACES: dict[str, Any] = {"device": "cpu", "data_dir": None}
+
+
+def _flag(key: str) -> str:
+    return "--" + key.replace("_", "-")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line of needle-train."""
+    """The command line of needle-train; settings default to None (filled in by `setup`)."""
+    d = {**SETTINGS, **PLACES}
     p = argparse.ArgumentParser(
         prog="needle-train",
         description="Train needle's MLPResNet on MNIST and report test accuracy.",
-    )
-    p.add_argument("--device", default="cpu", choices=sorted(DEVICES),
-                   help="where to compute (default: cpu)")
-    p.add_argument("--data-dir", type=Path, default=None,
-                   help="folder with the four MNIST files (default: the built-in set)")
-    p.add_argument("--epochs", type=int, default=20, help="training epochs (default: 20)")
-    p.add_argument("--batch-size", type=int, default=100, help="batch size (default: 100)")
-    p.add_argument("--optimizer", default="adam", choices=sorted(OPTIMIZERS))
-    p.add_argument("--lr", type=float, default=0.001, help="learning rate (default: 0.001)")
-    p.add_argument("--weight-decay", type=float, default=0.001,
-                   help="L2 weight decay (default: 0.001)")
-    p.add_argument("--hidden-dim", type=int, default=256,
-                   help="width of the residual MLP (default: 256)")
-    p.add_argument("--schedule", default="cosine", choices=["cosine", "constant"],
-                   help="learning rate over the epochs (default: cosine decay to 0)")
-    p.add_argument("--augment", type=int, default=2, metavar="PIXELS",
-                   help="random shifts of up to PIXELS for training images (0: off; default 2)")
-    p.add_argument("--seed", type=int, default=0, help="numpy seed for weights and shuffling")
-    p.add_argument("--checkpoint", type=Path, default=None,
-                   help="save model and optimizer here after every epoch (atomic .npz)")
-    p.add_argument("--resume", type=Path, default=None, help="continue from a checkpoint")
-    p.add_argument("--stop-after", type=int, default=None, metavar="N",
-                   help="stop after N epochs of this run (continue later with --resume)")
-    p.add_argument("--quiet", action="store_true", help="print only the final summary")
+        epilog="With --resume, settings left out are the stored run's; settings given must "
+               "agree with it, except --epochs (which may extend the run), --device and "
+               "--data-dir. Exit status: 0 done, 1 nan/inf loss or a failed checkpoint "
+               "write, 2 usage or data error, 130 interrupted.")
+    add = p.add_argument
+    add("--device", choices=sorted(DEVICES), help=f"where to compute (default: {d['device']})")
+    add("--data-dir", type=Path,
+        help="folder with the four MNIST files, gzipped or not (default: the built-in set)")
+    add("--epochs", type=int, help=f"training epochs in all (default: {d['epochs']})")
+    add("--batch-size", type=int, help=f"batch size (default: {d['batch_size']})")
+    add("--optimizer", choices=sorted(OPTIMIZERS),
+        help=f"the update rule (default: {d['optimizer']})")
+    add("--lr", type=float, help=f"learning rate, the peak of the schedule "
+                                 f"(default: {d['lr']})")
+    add("--weight-decay", type=float, help=f"L2 weight decay (default: {d['weight_decay']})")
+    add("--momentum", type=float, help="SGD momentum in [0, 1), the course's u = m u + (1-m) g;"
+                                       f" sgd only (default: {d['momentum']})")
+    add("--hidden-dim", type=int, help=f"width of the residual MLP (default: {d['hidden_dim']})")
+    add("--schedule", choices=SCHEDULES,
+        help=f"learning rate over the epochs: cosine decay to 0 or constant "
+             f"(default: {d['schedule']})")
+    add("--augment", type=int, metavar="PIXELS",
+        help=f"random shifts of up to PIXELS for training images, 0: off "
+             f"(default: {d['augment']})")
+    add("--seed", type=int, help=f"numpy seed for weights, shuffling, dropout and shifts "
+                                 f"(default: {d['seed']})")
+    add("--checkpoint", type=Path, metavar="FILE",
+        help="save the run to FILE (.npz, atomically) after every epoch "
+             "(default: none; with --resume, the resumed file)")
+    add("--resume", type=Path, metavar="FILE",
+        help="continue the run saved in FILE, with its settings (default: none)")
+    add("--stop-after", type=int, metavar="N",
+        help="stop after N epochs of this invocation; needs a checkpoint (default: never)")
+    add("--quiet", action="store_true", help="print only the final summary (default: off)")
     return p
 
 
-def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace):
-    """Validate arguments (usage errors, not tracebacks); return (device, files, checkpoint)."""
-    counts = {"epochs": args.epochs, "batch_size": args.batch_size,
-              "hidden_dim": args.hidden_dim, "stop_after": args.stop_after}
-    for name, value in counts.items():
-        if value is not None and value < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1, got {value}")
-    if not args.lr > 0:
-        parser.error(f"--lr must be positive, got {args.lr}")
-    if args.weight_decay < 0:
-        parser.error(f"--weight-decay must be non-negative, got {args.weight_decay}")
-    if args.augment < 0:
-        parser.error(f"--augment must be non-negative, got {args.augment}")
-    device = DEVICES[args.device]()
+@dataclass
+class Run:
+    """Everything `train` needs, checked and built by `setup`."""
+
+    config: dict[str, Any]
+    device: Device
+    train_loader: DataLoader
+    test_loader: DataLoader
+    model: ndl.nn.Module
+    opt: ndl.optim.Optimizer
+    checkpoint: Path | None  # where to save after every epoch
+    resume: Path | None
+    start: int = 0  # epochs already done
+    seconds: float = 0.0  # training time of those epochs
+    stop_after: int | None = None
+    quiet: bool = False
+    saved: tuple[Path, int] | None = None  # the newest checkpoint file and its epoch
+
+
+def setup(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Run:
+    """Check the arguments and build the run; every user mistake is a usage error (exit 2)."""
+    stored = _read_checkpoint(parser, args.resume) if args.resume is not None else None
+    config = _resolve(parser, args, stored)
+    _validate(parser, config, args.stop_after)
+    start = stored["epoch"] if stored else 0
+    if config["epochs"] < start:
+        parser.error(f"--epochs {config['epochs']}: {args.resume} already has {start} epochs")
+    checkpoint = args.checkpoint if args.checkpoint is not None else args.resume
+    if args.stop_after is not None and checkpoint is None:
+        parser.error("--stop-after needs --checkpoint FILE: without one nothing is saved to "
+                     "continue from")
+    if checkpoint is not None:
+        _check_writable(parser, "--checkpoint" if args.checkpoint else "--resume", checkpoint)
+    device = DEVICES[config["device"]]()
     if not device.enabled():
-        parser.error(f"--device {args.device}: {device.unavailable_reason()}")
-    try:
-        files = find_mnist_files(args.data_dir or builtin_mnist_dir())
-    except FileNotFoundError as e:
-        parser.error(f"--data-dir: {e}")
-    checkpoint = None
-    if args.resume is not None:
+        hint = (f" ({args.resume} ran there; pass --device cpu to continue on the cpu)"
+                if stored and args.device is None else "")
+        parser.error(f"--device {config['device']}: {device.unavailable_reason()}{hint}")
+    train_set, test_set = _datasets(parser, config)
+    run = Run(config, device, DataLoader(train_set, config["batch_size"], shuffle=True,
+                                         device=device),
+              DataLoader(test_set, 1000, device=device), *_model(config, device), checkpoint,
+              args.resume, stop_after=args.stop_after, quiet=args.quiet)
+    if stored is not None:
         try:
-            checkpoint = ndl.load(args.resume)
-        except (OSError, ValueError) as e:
-            parser.error(f"--resume: cannot read the checkpoint {args.resume}: {e}")
-        saved = checkpoint.get("config", {}) if isinstance(checkpoint, dict) else {}
-        for key in ARCH_KEYS:
-            if saved.get(key) != getattr(args, key):
-                parser.error(f"--resume: {args.resume} was trained with {key}="
-                             f"{saved.get(key)!r}, this run asks for {getattr(args, key)!r}")
-    return device, [files[name] for name in MNIST_FILES], checkpoint
+            run.model.load_state_dict(stored["model"])
+            run.opt.load_state_dict(stored["optimizer"])
+            _set_rng_state(stored["rng"])
+        except (ValueError, TypeError, KeyError) as e:
+            parser.error(f"--resume: {args.resume} does not fit this model: {e}")
+        run.start, run.seconds, run.saved = start, stored["seconds"], (args.resume, start)
+    return run
+
+
+def _model(cfg: dict[str, Any], device: Device) -> tuple[ndl.nn.Module, ndl.optim.Optimizer]:
+    """A fresh MLPResNet (weights drawn after seeding numpy) and its optimizer."""
+    np.random.seed(cfg["seed"])
+    model = MLPResNet(784, cfg["hidden_dim"], device=device)
+    momentum = {"momentum": cfg["momentum"]} if cfg["optimizer"] == "sgd" else {}
+    opt = OPTIMIZERS[cfg["optimizer"]](model.parameters(), lr=cfg["lr"],
+                                       weight_decay=cfg["weight_decay"], **momentum)
+    return model, opt
+
+
+def _read_checkpoint(parser: argparse.ArgumentParser, path: Path) -> dict:
+    """The checkpoint at `path`, checked to be one that needle-train wrote."""
+    try:
+        ck = ndl.load(path)
+    except (OSError, ValueError) as e:
+        parser.error(f"--resume: cannot read the checkpoint {path}: {e}")
+    kinds = {"model": dict, "optimizer": dict, "rng": dict, "config": dict, "epoch": int,
+             "seconds": float}
+    if not isinstance(ck, dict):
+        parser.error(f"--resume: {path} is not a needle-train checkpoint")
+    bad = [k for k, kind in kinds.items() if type(ck.get(k)) is not kind]
+    if not bad:
+        expected = {**{k: (type(v),) for k, v in SETTINGS.items()}, "device": (str,),
+                    "data_dir": (str, type(None))}
+        bad = [f"config[{k!r}]" for k, types in expected.items()
+               if type(ck["config"].get(k, ...)) not in types]
+    if bad:
+        parser.error(f"--resume: {path} is not a needle-train checkpoint of this version "
+                     f"(missing or malformed: {', '.join(bad)})")
+    return ck
+
+
+def _resolve(parser: argparse.ArgumentParser, args: argparse.Namespace,
+             stored: dict | None) -> dict[str, Any]:
+    """Every setting: given on the command line, else stored in the checkpoint, else default."""
+    config, clashes = {}, []
+    saved = stored["config"] if stored else {}
+    for key, default in {**SETTINGS, **PLACES}.items():
+        given = getattr(args, key)
+        if isinstance(given, Path):
+            given = str(given.resolve())
+        if given is None:
+            config[key] = saved.get(key, default)
+        else:
+            config[key] = given
+            if stored and key in SETTINGS and key != "epochs" and given != saved[key]:
+                clashes.append(f"{_flag(key)} {saved[key]} (this run asks for {given})")
+    if clashes:
+        them = "them" if len(clashes) > 1 else "it"
+        parser.error(f"--resume: {args.resume} was trained with {', '.join(clashes)}; leave "
+                     f"{them} out to continue with the stored settings")
+    return config
+
+
+def _validate(parser: argparse.ArgumentParser, cfg: dict[str, Any],
+              stop_after: int | None) -> None:
+    """Usage errors for values out of range (command-line or stored ones alike)."""
+    counts = {"epochs": cfg["epochs"], "batch_size": cfg["batch_size"],
+              "hidden_dim": cfg["hidden_dim"], "stop_after": stop_after}
+    for key, value in counts.items():
+        if value is not None and value < 1:
+            parser.error(f"{_flag(key)} must be at least 1, got {value}")
+    for key in ("lr", "weight_decay", "momentum"):
+        if not math.isfinite(cfg[key]):
+            parser.error(f"{_flag(key)} must be a finite number, got {cfg[key]}")
+    if not cfg["lr"] > 0:
+        parser.error(f"--lr must be positive, got {cfg['lr']}")
+    if cfg["weight_decay"] < 0:
+        parser.error(f"--weight-decay must be non-negative, got {cfg['weight_decay']}")
+    if not 0 <= cfg["momentum"] < 1:
+        parser.error(f"--momentum must lie in [0, 1), got {cfg['momentum']}")
+    if cfg["momentum"] != 0 and cfg["optimizer"] != "sgd":
+        parser.error(f"--momentum applies to --optimizer sgd only, not {cfg['optimizer']}")
+    if cfg["augment"] < 0:
+        parser.error(f"--augment must be non-negative, got {cfg['augment']}")
+    if not 0 <= cfg["seed"] < 2**32:
+        parser.error(f"--seed must lie in [0, 2**32), got {cfg['seed']}")
+    for key, choices in (("device", DEVICES), ("optimizer", OPTIMIZERS),
+                         ("schedule", SCHEDULES)):
+        if cfg[key] not in choices:  # only a stored value can get here
+            parser.error(f"{_flag(key)}: unknown {cfg[key]!r}, choose from {sorted(choices)}")
+
+
+def _check_writable(parser: argparse.ArgumentParser, flag: str, path: Path) -> None:
+    """Fail now, not after an epoch, when a checkpoint could not be written to `path`."""
+    if path.is_dir():
+        parser.error(f"{flag} {path}: is a folder; name a file, e.g. {path / 'run.npz'}")
+    folder = path.parent
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        parser.error(f"{flag} {path}: cannot save there: {folder} {what}")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        parser.error(f"{flag} {path}: cannot write in the folder {folder} ({e.strerror})")
+
+
+def _datasets(parser: argparse.ArgumentParser,
+              cfg: dict[str, Any]) -> tuple[MNISTDataset, MNISTDataset]:
+    """The training set (with the random shifts) and the test set; bad files are usage errors."""
+    where = f"--data-dir {cfg['data_dir']}" if cfg["data_dir"] else "the built-in MNIST set"
+    augment = [transforms.RandomCrop(cfg["augment"])] if cfg["augment"] else None
+    try:
+        files = find_mnist_files(cfg["data_dir"] or builtin_mnist_dir())
+        paths = [files[name] for name in MNIST_FILES]
+        return (MNISTDataset(paths[0], paths[1], transforms=augment),
+                MNISTDataset(paths[2], paths[3]))
+    except (OSError, ValueError) as e:
+        parser.error(f"{where}: {e}")
 
 
 def _rng_state() -> dict:
@@ -112,97 +271,134 @@ def _set_rng_state(state: dict) -> None:
                          float(state["cached_gaussian"])))
 
 
-def run_epoch(loader, model, loss_fn, opt=None, bar=None) -> tuple[float, float]:
-    """One pass (training when `opt` is given); returns (error rate, mean loss)."""
-    xp = loader.device.xp
-    errors = total = None  # device scalars: no host round trip per batch
-    count = 0
-    for i, (X, y) in enumerate(loader):
-        if opt is not None:
-            logits = model(X)
-            loss = loss_fn(logits, y)
-            opt.reset_grad()
-            loss.backward(create_graph=False)
-            opt.step()
-        else:
-            with ndl.no_grad():
-                logits = model(X)
-                loss = loss_fn(logits, y)
-        n = X.shape[0]
-        wrong = xp.sum(xp.astype(xp.argmax(logits.cached_data, axis=1)
-                                 != xp.astype(y.cached_data, xp.int64), xp.int64))
-        errors = wrong if errors is None else errors + wrong
-        total = loss.cached_data * n if total is None else total + loss.cached_data * n
-        count += n
-        if bar is not None:
-            bar.update(1)
-            if i % 10 == 9:
-                bar.set_postfix(loss=f"{float(total) / count:.4f}")
-    return int(errors) / count, float(total) / count
+class TrainingStopped(RuntimeError):
+    """The run cannot go on (a nan/inf loss, a checkpoint that cannot be written): exit 1."""
 
 
-def train(args: argparse.Namespace, device, files, checkpoint: dict | None = None) -> dict:
-    """Train as `args` says (continuing `checkpoint` if given); return the last metrics."""
-    np.random.seed(args.seed)
-    augment = [transforms.RandomCrop(args.augment)] if args.augment else None
-    train_set = MNISTDataset(files[0], files[1], transforms=augment)
-    test_set = MNISTDataset(files[2], files[3])
-    train_loader = DataLoader(train_set, args.batch_size, shuffle=True, device=device)
-    test_loader = DataLoader(test_set, 1000, device=device)
-    model = MLPResNet(784, args.hidden_dim, device=device)
-    opt = OPTIMIZERS[args.optimizer](model.parameters(), lr=args.lr,
-                                     weight_decay=args.weight_decay)
-    loss_fn = ndl.nn.SoftmaxLoss()
-    start = 0
-    if checkpoint is not None:
-        model.load_state_dict(checkpoint["model"])
-        opt.load_state_dict(checkpoint["optimizer"])
-        _set_rng_state(checkpoint["rng"])
-        start = int(checkpoint["epoch"])
-    end = args.epochs if args.stop_after is None else min(args.epochs, start + args.stop_after)
-    say = (lambda *a: None) if args.quiet else print
-    say(f"needle-train: MLPResNet(hidden {args.hidden_dim}) on {len(train_set)} training / "
-        f"{len(test_set)} test images, {args.optimizer} lr {args.lr}, device {device}")
+def _lr_at(cfg: dict[str, Any], epoch: int) -> float:
+    """The learning rate of `epoch` (from 0): cosine decay from lr to 0 over all the epochs."""
+    if cfg["schedule"] == "constant":
+        return cfg["lr"]
+    return cfg["lr"] * 0.5 * (1 + math.cos(math.pi * epoch / cfg["epochs"]))
+
+
+def train(run: Run, progress: dict[str, int] | None = None) -> dict[str, Any]:
+    """Train `run` from `run.start` to its end (or `stop_after`); return the last metrics.
+
+    `progress["epoch"]` is the epoch under way, for the message after a Ctrl-C.
+    """
+    cfg, progress = run.config, {} if progress is None else progress
+    end = cfg["epochs"] if run.stop_after is None else min(cfg["epochs"],
+                                                           run.start + run.stop_after)
+    say = (lambda *a: None) if run.quiet else print
+    say(f"needle-train: MLPResNet(hidden {cfg['hidden_dim']}) on "
+        f"{len(run.train_loader.dataset)} training / {len(run.test_loader.dataset)} test "
+        f"images, {cfg['optimizer']} lr {cfg['lr']}, device {run.device}"
+        + (f", resuming {run.resume} after epoch {run.start}" if run.resume else ""))
     started = time.perf_counter()
-    metrics = {"epoch": start, "model": model}
-    for epoch in range(start, end):
-        if args.schedule == "cosine":
-            opt.lr = args.lr * 0.5 * (1 + math.cos(math.pi * epoch / args.epochs))
-        model.train()
-        # the bar shows on terminals only (disable=None), never with --quiet
-        with tqdm(total=len(train_loader), desc=f"epoch {epoch + 1}/{args.epochs}",
-                  leave=False, disable=True if args.quiet else None, file=sys.stderr) as bar:
-            train_err, train_loss = run_epoch(train_loader, model, loss_fn, opt, bar)
-        model.eval()
-        test_err, test_loss = run_epoch(test_loader, model, loss_fn)
-        metrics.update(epoch=epoch + 1, train_err=train_err, train_loss=train_loss,
-                       test_err=test_err, test_loss=test_loss)
-        say(f"epoch {epoch + 1:3d}  train err {train_err:.4f} loss {train_loss:.4f}  "
-            f"test err {test_err:.4f} loss {test_loss:.4f}")
-        if args.checkpoint is not None:
-            ndl.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
-                      "epoch": epoch + 1, "rng": _rng_state(),
-                      "config": {k: getattr(args, k) for k in ARCH_KEYS}}, args.checkpoint)
-    metrics["seconds"] = time.perf_counter() - started
+    metrics: dict[str, Any] = {"epoch": run.start, "seconds": run.seconds}
+    # numpy's overflow warnings are noise: a nan/inf loss stops the run with its own message
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        for epoch in range(run.start + 1, end + 1):
+            progress["epoch"] = epoch
+            metrics.update(_train_epoch(run, epoch), epoch=epoch,
+                           seconds=run.seconds + time.perf_counter() - started)
+            say(f"epoch {epoch:3d}  train err {metrics['train_err']:.4f} loss "
+                f"{metrics['train_loss']:.4f}  test err {metrics['test_err']:.4f} loss "
+                f"{metrics['test_loss']:.4f}")
+            if run.checkpoint is not None:
+                _save(run, epoch, metrics["seconds"])
     return metrics
 
 
+def _train_epoch(run: Run, epoch: int) -> dict[str, float]:
+    """Epoch `epoch` (from 1): a training pass at the scheduled lr, then a test pass."""
+    run.opt.lr = _lr_at(run.config, epoch - 1)
+    run.model.train()
+    # the bar shows on terminals only (disable=None), never with --quiet
+    with tqdm(total=len(run.train_loader), desc=f"epoch {epoch}/{run.config['epochs']}",
+              leave=False, disable=True if run.quiet else None, file=sys.stderr) as bar:
+        train_err, train_loss = _checked_epoch(run, epoch, "training", bar)
+    run.model.eval()
+    test_err, test_loss = _checked_epoch(run, epoch, "test", None)
+    return {"train_err": train_err, "train_loss": train_loss, "test_err": test_err,
+            "test_loss": test_loss}
+
+
+def _checked_epoch(run: Run, epoch: int, phase: str, bar) -> tuple[float, float]:
+    """One training or test pass; a nan/inf loss stops the run (TrainingStopped)."""
+    loader = run.train_loader if phase == "training" else run.test_loader
+    opt = run.opt if phase == "training" else None
+    try:
+        return run_epoch(loader, run.model, ndl.nn.SoftmaxLoss(), opt, create_graph=False,
+                         bar=bar, check_finite=True)
+    except NonFiniteLoss as e:
+        raise TrainingStopped(f"the {phase} loss became {e.loss} in epoch {epoch}, batch "
+                              f"{e.batch}; stopped ({_last_checkpoint(run)}); a smaller --lr "
+                              "may help") from None
+
+
+def _save(run: Run, epoch: int, seconds: float) -> None:
+    """Write the checkpoint after `epoch`: model, optimizer, random state, settings, time."""
+    try:
+        ndl.save({"model": run.model.state_dict(), "optimizer": run.opt.state_dict(),
+                  "epoch": epoch, "rng": _rng_state(), "config": run.config,
+                  "seconds": seconds}, run.checkpoint)
+    except OSError as e:
+        raise TrainingStopped(f"cannot write the checkpoint {run.checkpoint} after epoch "
+                              f"{epoch} ({e}); {_last_checkpoint(run)}") from None
+    run.saved = (run.checkpoint, epoch)
+
+
+def _last_checkpoint(run: Run) -> str:
+    """Where the run can be continued from, in words."""
+    if run.saved is not None:
+        path, epoch = run.saved
+        return f"the last checkpoint is {path} (epoch {epoch}): continue with --resume {path}"
+    if run.checkpoint is None:
+        return "nothing was saved: no --checkpoint"
+    return f"no checkpoint written to {run.checkpoint} yet"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _summary(run: Run, m: dict[str, Any]) -> str:
+    """The last line: the final result, where a stopped run continues, or nothing to do."""
+    total = run.config["epochs"]
+    if "test_err" not in m:
+        return (f"needle-train: nothing to do: {run.resume} already has {m['epoch']} of "
+                f"{_plural(total, 'epoch')} (a larger --epochs extends the run)")
+    if m["epoch"] < total:
+        return (f"stopped after epoch {m['epoch']} of {total} (test accuracy "
+                f"{100 * (1 - m['test_err']):.2f}%); continue with --resume {run.checkpoint}")
+    return (f"final: test accuracy {100 * (1 - m['test_err']):.2f}% (loss {m['test_loss']:.4f}),"
+            f" train accuracy {100 * (1 - m['train_err']):.2f}%, {_plural(total, 'epoch')}, "
+            f"{m['seconds']:.1f} s training on {run.device}")
+
+
+def _fail(message: str, status: int) -> int:
+    print(f"needle-train: {message}", file=sys.stderr)
+    return status
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of `needle-train` and `python -m needle.apps.train`."""
+    """Entry point of `needle-train` and `python -m needle.apps.train`: the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    device, files, checkpoint = _check_args(parser, args)
-    m = train(args, device, files, checkpoint)
-    if "test_err" not in m:
-        print(f"needle-train: nothing to do: {args.resume} already has {m['epoch']} of "
-              f"{args.epochs} epochs")
-    elif m["epoch"] < args.epochs:
-        print(f"stopped after epoch {m['epoch']} of {args.epochs} "
-              f"(test accuracy {100 * (1 - m['test_err']):.2f}%); continue with --resume")
-    else:
-        print(f"final: test accuracy {100 * (1 - m['test_err']):.2f}% "
-              f"(loss {m['test_loss']:.4f}), train accuracy {100 * (1 - m['train_err']):.2f}%, "
-              f"{args.epochs} epochs, {m['seconds']:.1f} s training on {device}")
+    run, progress = None, {}
+    try:
+        run = setup(parser, args)
+        metrics = train(run, progress)
+    except KeyboardInterrupt:
+        if run is None:
+            return _fail("interrupted before training", 130)
+        where = f"in epoch {progress['epoch']}" if progress else "before the first epoch"
+        return _fail(f"interrupted {where}; {_last_checkpoint(run)}", 130)
+    except TrainingStopped as e:
+        return _fail(str(e), 1)
+    print(_summary(run, metrics))
     return 0
 
 

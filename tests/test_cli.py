@@ -1,0 +1,404 @@
+"""needle-train: runs, checkpoints and resuming, usage errors, Ctrl-C, nan losses, help text.
+
+Most runs use a tiny MNIST folder (120 training, 60 test images) and an 8-wide model, so a run
+takes milliseconds; the one run on the built-in data is marked `slow`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import needle as ndl
+from needle.apps import mlp_resnet, train
+from needle.data import MNIST_FILES, builtin_mnist_dir
+
+N_TRAIN, N_TEST, BATCH = 120, 60, 40  # three training batches per epoch
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    """A data folder: the first images of the built-in files, uncompressed (plain names)."""
+    folder = tmp_path_factory.mktemp("tiny-mnist")
+    counts = [N_TRAIN, N_TRAIN, N_TEST, N_TEST]
+    for name, n in zip(MNIST_FILES, counts):
+        data = gzip.decompress((builtin_mnist_dir() / name).read_bytes())
+        magic = struct.unpack(">I", data[:4])[0]
+        if magic == 0x803:
+            out = struct.pack(">IIII", magic, n, 28, 28) + data[16:16 + n * 784]
+        else:
+            out = struct.pack(">II", magic, n) + data[8:8 + n]
+        (folder / name.removesuffix(".gz")).write_bytes(out)
+    return folder
+
+
+@pytest.fixture
+def fast(tiny) -> list[str]:
+    """Command-line options for a run of milliseconds."""
+    return ["--data-dir", str(tiny), "--hidden-dim", "8", "--batch-size", str(BATCH), "--quiet"]
+
+
+def usage_error(argv: list[str], capsys) -> str:
+    """stderr of a run that must stop with a usage error (exit 2) before training."""
+    with pytest.raises(SystemExit) as exit_info:
+        train.main(argv)
+    assert exit_info.value.code == 2
+    out, err = capsys.readouterr()
+    assert "epoch" not in out and "Traceback" not in err
+    return err
+
+
+def fake_checkpoint(path: Path, epoch: int = 1, **config) -> Path:
+    """A checkpoint with the layout needle-train writes, but no trained model (written fast)."""
+    cfg = {**train.SETTINGS, **train.PLACES, **config}
+    ndl.save({"model": {}, "optimizer": {}, "rng": {}, "config": cfg, "epoch": epoch,
+              "seconds": 1.0}, path)
+    return path
+
+
+def assert_same_state(a: dict, b: dict) -> None:
+    for key, value in a["model"].items():
+        np.testing.assert_array_equal(value.numpy(), b["model"][key].numpy(), err_msg=key)
+    assert a["optimizer"]["t"] == b["optimizer"]["t"]
+    for i, state in a["optimizer"]["state"].items():
+        for name, value in state.items():
+            np.testing.assert_array_equal(value.numpy(),
+                                          b["optimizer"]["state"][i][name].numpy())
+
+
+# ----- runs -----------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_trains_on_the_builtin_data(capsys):
+    assert train.main(["--epochs", "1", "--hidden-dim", "16", "--batch-size", "250"]) == 0
+    out = capsys.readouterr().out
+    assert "5000 training / 10000 test images" in out
+    assert out.splitlines()[-1].startswith("final: test accuracy")
+
+
+def test_summary_says_1_epoch(fast, capsys):
+    assert train.main(["--epochs", "1", *fast]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith("final: test accuracy") and ", 1 epoch, " in line
+
+
+def test_resume_alone_continues_bit_for_bit_with_the_stored_settings(device, fast, tmp_path,
+                                                                     capsys):
+    # settings far from the defaults: `--resume FILE` alone must pick them up from FILE
+    settings = ["--epochs", "3", "--optimizer", "sgd", "--momentum", "0.5", "--lr", "0.05",
+                "--weight-decay", "0.0001", "--schedule", "constant", "--augment", "1",
+                "--seed", "3", "--device", device.kind, *fast]
+    whole, part, other = tmp_path / "whole.npz", tmp_path / "part.npz", tmp_path / "other.npz"
+    assert train.main([*settings, "--checkpoint", str(whole)]) == 0
+    assert train.main([*settings, "--stop-after", "1", "--checkpoint", str(part)]) == 0
+    assert f"continue with --resume {part}" in capsys.readouterr().out
+    # no --checkpoint: the resumed run writes back to the file it resumed from
+    assert train.main(["--resume", str(part), "--stop-after", "1", "--quiet"]) == 0
+    assert ndl.load(part)["epoch"] == 2
+    # --checkpoint given: written there, the resumed file is left alone
+    assert train.main(["--resume", str(part), "--checkpoint", str(other), "--quiet"]) == 0
+    assert ndl.load(part)["epoch"] == 2
+    a, b = ndl.load(whole), ndl.load(other)
+    assert a["epoch"] == b["epoch"] == 3 and a["config"] == b["config"]
+    assert b["config"]["optimizer"] == "sgd" and b["config"]["momentum"] == 0.5
+    assert b["config"]["device"] == device.kind
+    assert_same_state(a, b)
+
+
+def test_summary_after_resume_counts_the_whole_run(fast, tmp_path, capsys):
+    ck = tmp_path / "ck.npz"
+    assert train.main(["--epochs", "2", "--stop-after", "1", "--checkpoint", str(ck),
+                       *fast]) == 0
+    state = ndl.load(ck)
+    assert 0 < state["seconds"] < 1000
+    state["seconds"] = 1000.0  # as if the first epoch had taken 1000 s
+    ndl.save(state, ck)
+    capsys.readouterr()
+    assert train.main(["--resume", str(ck), "--quiet"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert ", 2 epochs, 100" in line and " s training on cpu" in line, line
+    assert 1000 < ndl.load(ck)["seconds"] < 2000
+
+
+def test_epochs_extends_a_finished_run(fast, tmp_path, capsys):
+    ck = tmp_path / "ck.npz"
+    assert train.main(["--epochs", "1", "--checkpoint", str(ck), *fast]) == 0
+    capsys.readouterr()
+    assert train.main(["--resume", str(ck), "--quiet"]) == 0
+    assert "nothing to do" in capsys.readouterr().out
+    assert train.main(["--resume", str(ck), "--epochs", "2", "--quiet"]) == 0
+    assert ", 2 epochs, " in capsys.readouterr().out
+    state = ndl.load(ck)
+    assert state["epoch"] == 2 and state["config"]["epochs"] == 2
+    # the cosine schedule now spans 2 epochs: epoch 2 ran at half the peak rate
+    assert state["optimizer"]["hyperparameters"]["lr"] == pytest.approx(0.001 * 0.5)
+
+
+def test_device_may_differ_on_resume(device, fast, tmp_path):
+    ck = tmp_path / "ck.npz"
+    assert train.main(["--epochs", "2", "--stop-after", "1", "--checkpoint", str(ck),
+                       "--device", "cpu", *fast]) == 0
+    state = ndl.load(ck)
+    # trained on another device (on a GPU machine, cuda resumes what the cpu trained)
+    state["config"]["device"] = "cuda" if device.kind != "cuda" else "cpu"
+    ndl.save(state, ck)
+    assert train.main(["--resume", str(ck), "--device", device.kind, "--quiet"]) == 0
+    state = ndl.load(ck)
+    assert state["epoch"] == 2 and state["config"]["device"] == device.kind
+
+
+# ----- usage errors: exit 2 before training ---------------------------------------------------
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--device", "tpu"], "invalid choice: 'tpu'"),
+    (["--data-dir", "{tmp}"], "MNIST files missing in {tmp}"),
+    (["--epochs", "0"], "--epochs must be at least 1"),
+    (["--stop-after", "0"], "--stop-after must be at least 1"),
+    (["--lr", "-1"], "--lr must be positive"),
+    (["--lr", "inf"], "--lr must be a finite number, got inf"),
+    (["--lr", "nan"], "--lr must be a finite number, got nan"),
+    (["--weight-decay", "nan"], "--weight-decay must be a finite number"),
+    (["--momentum=-inf", "--optimizer", "sgd"], "--momentum must be a finite number"),
+    (["--momentum", "1", "--optimizer", "sgd"], "--momentum must lie in [0, 1), got 1.0"),
+    (["--momentum", "0.9"], "--momentum applies to --optimizer sgd only, not adam"),
+    (["--seed", "-1"], "--seed must lie in [0, 2**32), got -1"),
+    (["--resume", "{tmp}/none.npz"], "cannot read the checkpoint {tmp}/none.npz"),
+    (["--stop-after", "1"], "--stop-after needs --checkpoint FILE"),
+    (["--checkpoint", "{tmp}/nowhere/ck.npz"],
+     "--checkpoint {tmp}/nowhere/ck.npz: cannot save there: {tmp}/nowhere does not exist"),
+    (["--checkpoint", "{tmp}/file/ck.npz"],
+     "--checkpoint {tmp}/file/ck.npz: cannot save there: {tmp}/file is not a folder"),
+    (["--checkpoint", "{tmp}"], "--checkpoint {tmp}: is a folder; name a file"),
+])
+def test_bad_arguments_are_usage_errors(argv, message, tmp_path, fast, capsys):
+    (tmp_path / "file").write_text("a regular file")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    # the data folder comes last, so that `--data-dir {tmp}` wins over the tiny one
+    err = usage_error([*fast, *argv], capsys)
+    assert "usage: needle-train" in err and message.replace("{tmp}", str(tmp_path)) in err
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write into a read-only folder")
+def test_checkpoint_in_a_read_only_folder_is_a_usage_error(tmp_path, fast, capsys):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o500)
+    try:
+        err = usage_error([*fast, "--checkpoint", str(folder / "ck.npz")], capsys)
+    finally:
+        folder.chmod(0o700)
+    assert f"cannot write in the folder {folder}" in err
+
+
+def test_cuda_without_a_gpu_is_a_usage_error(fast, capsys):
+    if ndl.cuda().enabled():
+        pytest.skip("a GPU is present")
+    assert "pip install needle[cuda]" in usage_error(["--device", "cuda", *fast], capsys)
+
+
+def test_resume_with_other_settings_lists_every_clash(tmp_path, capsys):
+    ck = fake_checkpoint(tmp_path / "ck.npz", hidden_dim=16, lr=0.01)
+    err = usage_error(["--resume", str(ck), "--hidden-dim", "32", "--lr", "0.5", "--seed", "0",
+                       "--epochs", "30"], capsys)
+    assert f"{ck} was trained with --lr 0.01 (this run asks for 0.5), --hidden-dim 16 " \
+           "(this run asks for 32)" in err
+    line = err.splitlines()[-1]
+    assert "--seed" not in line and "--epochs" not in line  # equal, and free to change
+
+
+def test_resume_with_fewer_epochs_than_done_is_a_usage_error(tmp_path, capsys):
+    ck = fake_checkpoint(tmp_path / "ck.npz", epoch=3, epochs=5)
+    assert f"--epochs 2: {ck} already has 3 epochs" in usage_error(
+        ["--resume", str(ck), "--epochs", "2"], capsys)
+
+
+def test_resume_on_an_unavailable_stored_device_suggests_another(tmp_path, capsys):
+    if ndl.cuda().enabled():
+        pytest.skip("a GPU is present")
+    ck = fake_checkpoint(tmp_path / "ck.npz", device="cuda")
+    err = usage_error(["--resume", str(ck)], capsys)
+    assert "--device cuda: cuda() is unavailable" in err and "pass --device cpu" in err
+
+
+@pytest.mark.parametrize("state, message", [
+    ({"model": {}}, "missing or malformed: optimizer, rng, config, epoch, seconds"),
+    ([1, 2], "is not a needle-train checkpoint"),
+    ("config", "missing or malformed: config['hidden_dim']"),
+    ("model", "does not fit this model: load_state_dict for Sequential: missing keys"),
+])
+def test_resume_from_a_foreign_checkpoint_is_a_usage_error(state, message, tmp_path, fast,
+                                                          capsys):
+    ck = tmp_path / "ck.npz"
+    if state == "config":
+        fake_checkpoint(ck)
+        bad = ndl.load(ck)
+        del bad["config"]["hidden_dim"]
+        ndl.save(bad, ck)
+    elif state == "model":
+        fake_checkpoint(ck, hidden_dim=8, batch_size=BATCH, data_dir=str(fast[1]))
+    else:
+        ndl.save(state, ck)
+    err = usage_error(["--resume", str(ck)], capsys)
+    assert message in err and str(ck) in err
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("truncate", "truncated MNIST image file"),
+    ("magic", "not an IDX MNIST image file"),
+    ("gzip", "corrupt gzip stream"),
+])
+def test_broken_data_files_exit_2_naming_the_file(damage, message, tiny, tmp_path, capsys):
+    for name in MNIST_FILES:
+        plain = name.removesuffix(".gz")
+        (tmp_path / plain).write_bytes((tiny / plain).read_bytes())
+    bad = tmp_path / "train-images-idx3-ubyte"
+    data = bad.read_bytes()
+    if damage == "truncate":
+        bad.write_bytes(data[:-100])
+    elif damage == "magic":
+        bad.write_bytes(struct.pack(">I", 0x801) + data[4:])
+    else:
+        compressed = bytearray(gzip.compress(data))
+        compressed[-8] ^= 0xFF  # break the CRC
+        bad.write_bytes(bytes(compressed))
+    err = usage_error(["--data-dir", str(tmp_path), "--quiet"], capsys)
+    line = err.strip().splitlines()[-1]
+    assert line.startswith(f"needle-train: error: --data-dir {tmp_path}: {bad}")
+    assert message in line
+
+
+# ----- stopping: Ctrl-C, a nan loss, a failed checkpoint write ---------------------------------
+
+
+def interrupt_in_epoch(monkeypatch, epoch: int) -> None:
+    """Make the training pass of `epoch` (from 1) raise KeyboardInterrupt, as Ctrl-C does."""
+    calls = []
+    real = train.run_epoch
+
+    def run_epoch(loader, model, loss_fn, opt=None, **kw):
+        calls.append(opt is not None)
+        if opt is not None and sum(calls) == epoch:
+            raise KeyboardInterrupt
+        return real(loader, model, loss_fn, opt, **kw)
+
+    monkeypatch.setattr(train, "run_epoch", run_epoch)
+
+
+def test_ctrl_c_names_the_last_checkpoint_and_exits_130(fast, tmp_path, monkeypatch, capsys):
+    ck = tmp_path / "ck.npz"
+    interrupt_in_epoch(monkeypatch, 2)
+    assert train.main(["--epochs", "3", "--checkpoint", str(ck), *fast]) == 130
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (f"needle-train: interrupted in epoch 2; the last checkpoint is {ck} "
+                    f"(epoch 1): continue with --resume {ck}")
+    assert ndl.load(ck)["epoch"] == 1
+
+
+def test_ctrl_c_without_a_checkpoint(fast, monkeypatch, capsys):
+    interrupt_in_epoch(monkeypatch, 1)
+    assert train.main(["--epochs", "3", *fast]) == 130
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == "needle-train: interrupted in epoch 1; nothing was saved: no --checkpoint"
+
+
+def test_ctrl_c_while_loading_data(fast, monkeypatch, capsys):
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train, "_datasets", interrupted)
+    assert train.main(fast) == 130
+    assert capsys.readouterr().err == "needle-train: interrupted before training\n"
+
+
+def test_nan_loss_stops_with_exit_1_keeping_the_last_good_checkpoint(fast, tmp_path,
+                                                                     monkeypatch, capsys):
+    class PoisonedLoss(ndl.nn.SoftmaxLoss):
+        """nan from the 5th training batch on (epoch 2, batch 2 at three batches an epoch)."""
+
+        calls = 0
+
+        def forward(self, logits, y):
+            loss = super().forward(logits, y)
+            if logits.requires_grad:
+                PoisonedLoss.calls += 1
+                if PoisonedLoss.calls >= 5:
+                    return loss * float("nan")
+            return loss
+
+    monkeypatch.setattr(ndl.nn, "SoftmaxLoss", PoisonedLoss)
+    ck = tmp_path / "ck.npz"
+    assert train.main(["--epochs", "3", "--checkpoint", str(ck), *fast]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("needle-train: the training loss became nan in epoch 2, batch 2; "
+                           f"stopped (the last checkpoint is {ck} (epoch 1)")
+    state = ndl.load(ck)
+    assert state["epoch"] == 1
+    assert all(np.isfinite(t.numpy()).all() for t in state["model"].values())
+
+
+def test_diverging_run_stops_with_exit_1(fast, capsys):
+    assert train.main(["--optimizer", "sgd", "--lr", "1e30", "--epochs", "2", *fast]) == 1
+    (line,) = capsys.readouterr().err.splitlines()  # no numpy overflow warnings either
+    assert "loss became" in line and "in epoch 1, batch " in line
+    assert "nothing was saved: no --checkpoint" in line
+
+
+def test_failed_checkpoint_write_exits_1(fast, tmp_path, monkeypatch, capsys):
+    def full_disk(obj, path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ndl, "save", full_disk)
+    ck = tmp_path / "ck.npz"
+    assert train.main(["--epochs", "2", "--checkpoint", str(ck), *fast]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert f"cannot write the checkpoint {ck} after epoch 1" in line
+    assert "No space left on device" in line
+
+
+# ----- the shared loop, help, running as a module --------------------------------------------
+
+
+def test_one_training_loop_serves_the_course_and_the_cli(monkeypatch):
+    assert train.run_epoch is mlp_resnet.run_epoch
+    seen = []
+    monkeypatch.setattr(mlp_resnet, "run_epoch", lambda *a, **kw: seen.append(a) or (0.5, 1.0))
+    assert mlp_resnet.epoch([], ndl.nn.Identity()) == (0.5, 1.0) and len(seen) == 1
+
+
+def test_run_epoch_names_the_first_nonfinite_batch(device):
+    # 14 batches, the loss turns inf at batch 12: found at the end, between host reads
+    rng = np.random.default_rng(0)
+    batches = [(ndl.Tensor(rng.standard_normal((2, 3)) * (np.inf if i == 11 else 1),
+                           device=device, dtype="float32"),
+                ndl.Tensor(np.array([0, 1], np.uint8), device=device, requires_grad=False))
+               for i in range(14)]
+    model = ndl.nn.Linear(3, 2, device=device)
+    with pytest.raises(mlp_resnet.NonFiniteLoss) as info, np.errstate(all="ignore"):
+        mlp_resnet.run_epoch(batches, model, ndl.nn.SoftmaxLoss(), check_finite=True)
+    assert info.value.batch == 12 and not math.isfinite(info.value.loss)
+    err, loss = mlp_resnet.run_epoch(batches[:11], model, ndl.nn.SoftmaxLoss(),
+                                     check_finite=True)
+    assert 0 <= err <= 1 and math.isfinite(loss)
+
+
+def test_every_option_has_help_with_its_default():
+    for action in train.build_parser()._actions:
+        if action.dest != "help":
+            assert action.help and "(default: " in action.help, action.dest
+
+
+def test_module_runs_as_a_script(tmp_path):
+    # from a neutral folder: the installed needle, not the source tree, must answer
+    out = subprocess.run([sys.executable, "-m", "needle.apps.train", "--help"], check=True,
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert "--checkpoint" in out.stdout and "--resume" in out.stdout
