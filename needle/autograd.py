@@ -549,8 +549,9 @@ def find_topo_sort(node_list: Iterable[Value], *, requiring_grad: bool = False) 
 def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> None:
     """Reverse-mode AD: walk the graph backwards, summing partial adjoints into `.grad`.
 
-    A partial adjoint that arrives with a broadcast shape is summed back to its input's
-    shape here, once, for every op. The partials of a node are summed by one AddN node.
+    Every needle op's `gradient` returns adjoints shaped like its inputs (elementwise ops sum
+    broadcast adjoints back themselves); the shape check here is a safety net for user ops
+    that do not. The partials of a node are summed by one AddN node.
     """
     partials_of: dict[Value, list[Value]] = {output_tensor: [out_grad]}
     for node in reversed(find_topo_sort([output_tensor], requiring_grad=True)):

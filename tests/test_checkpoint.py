@@ -254,24 +254,6 @@ def test_a_temporary_that_a_live_save_holds_is_left_alone(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["ck.npz"]
 
 
-def test_backends_import_nothing_from_needle():
-    import ast
-    from pathlib import Path
-
-    import needle.backends
-
-    offenders = []
-    for file in sorted(Path(needle.backends.__file__).parent.glob("*.py")):
-        for node in ast.walk(ast.parse(file.read_text())):
-            if isinstance(node, ast.ImportFrom) and (node.level > 1 or (
-                    node.module or "").split(".")[0] == "needle"):
-                offenders.append(f"{file.name}: from {'.' * node.level}{node.module or ''}")
-            elif isinstance(node, ast.Import) and any(a.name.split(".")[0] == "needle"
-                                                      for a in node.names):
-                offenders.append(f"{file.name}: import needle")
-    assert offenders == []
-
-
 def test_save_into_a_missing_folder_names_it(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"save: the folder '.*nope' for 'ck.npz' "
                                                 r"does not exist"):

@@ -4,7 +4,7 @@ from ..backend_ndarray import course_getattr
 from .elementwise import (
     AddN, AddScalar, DivScalar, EWiseAdd, EWiseDiv, EWiseMul, EWisePow, Exp, Log, MulScalar,
     Negate, PowerScalar, ReLU, RPowerScalar, Sigmoid, Tanh, add, add_n, add_scalar, as_scalar,
-    divide, divide_scalar, exp, log, math_log, mul_scalar, multiply, negate, power,
+    divide, divide_scalar, exp, log, mul_scalar, multiply, negate, power,
     power_scalar, relu, rpower_scalar, sigmoid, tanh,
 )
 from .linalg import MatMul, matmul
@@ -33,7 +33,7 @@ __all__ = [
     "Summation", "SumToShape", "logsoftmax", "logsumexp", "max", "sum_to_shape", "summation",
     "FusedAddScalars", "MakeTensorTuple", "Split", "Stack", "TupleGetItem",
     "fused_add_scalars", "make_tuple", "split", "stack", "tuple_get_item", "as_scalar",
-    "math_log", "Normalize", "NormalizeGrad", "normalize",
+    "Normalize", "NormalizeGrad", "normalize",
 ]
 
 __getattr__ = course_getattr(__name__)  # the course's `array_api` and `NDArray`, lazily

@@ -46,11 +46,6 @@ def _item(array: Any) -> int | float | bool | complex:
     return complex(array)
 
 
-def math_log(value: Any) -> float:
-    """log of a Python number."""
-    return math.log(as_scalar(value))
-
-
 def unbroadcast(adjoint: Tensor | None, x: Tensor) -> Tensor | None:
     """An adjoint summed back to the shape of the input `x` it belongs to (no node if equal)."""
     if adjoint is None:
