@@ -47,6 +47,16 @@ class CPUDevice(Device):
     def _load(self) -> tuple[Any, Any]:
         return numpy_namespace(), "cpu"
 
+    def im2col(self, padded: np.ndarray, kernel: tuple[int, int], stride: int) -> np.ndarray:
+        """The windows as one zero-copy strided view, copied once into columns."""
+        n, hp, wp, c = padded.shape
+        (kh, kw), s = kernel, stride
+        ho, wo = (hp - kh) // s + 1, (wp - kw) // s + 1
+        sn, sh, sw, sc = padded.strides
+        view = np.lib.stride_tricks.as_strided(
+            padded, (n, ho, wo, kh, kw, c), (sn, sh * s, sw * s, sh, sw, sc), writeable=False)
+        return view.reshape(n, ho, wo, kh * kw * c)
+
     def owns(self, array: Any) -> bool:
         """Numeric and bool numpy arrays (and scalars) live here; str or object ones do not."""
         return isinstance(array, (np.ndarray, np.generic)) and array.dtype.kind in NUMERIC_KINDS

@@ -153,6 +153,11 @@ class Device:
         classes = xp.arange(n, dtype=xp.int64, device=self.native)
         return xp.astype(xp.expand_dims(idx, axis=-1) == classes, self.dtype(dtype))
 
+    # ----- optional fast kernels: None means "use the portable version" -------------------
+    def im2col(self, padded: Any, kernel: tuple[int, int], stride: int) -> Any:
+        """(N, Hp, Wp, C) -> (N, Ho, Wo, kh*kw*C) windows ordered (i, j, c), or None."""
+        return None
+
     # ----- random numbers: numpy's global state, so np.random.seed reproduces the course -----
     def rand(self, *shape) -> Any:
         """Uniform [0, 1) float64 draws, `np.random.rand(*shape)`, placed on this device."""

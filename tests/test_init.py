@@ -119,3 +119,14 @@ def test_initialisers_are_identical_on_every_device(device):
 def test_only_relu_nonlinearity_is_supported(device):
     with pytest.raises(ValueError, match="relu.*tanh"):
         init.kaiming_uniform(3, 4, nonlinearity="tanh", device=device)
+
+
+@pytest.mark.parametrize("name", ["kaiming_normal", "xavier_uniform", "xavier_normal"])
+def test_shape_overrides_the_drawn_shape_of_every_initialiser(name, device):
+    fn = getattr(init, name)
+    np.random.seed(12)
+    t = fn(18, 4, shape=(3, 3, 2, 4), device=device, dtype="float64")
+    np.random.seed(12)
+    flat = fn(18, 4, device=device, dtype="float64")  # the same draws, in the same order
+    assert t.shape == (3, 3, 2, 4)
+    np.testing.assert_array_equal(t.numpy(), flat.numpy().reshape(-1)[:72].reshape(3, 3, 2, 4))

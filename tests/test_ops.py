@@ -52,6 +52,41 @@ def np_dilate(a, axes, d):
     return a
 
 
+def np_conv(a, b, stride=1, padding=0):
+    """NHWC cross-correlation, one einsum per kernel offset (independent of needle's im2col)."""
+    a = np.pad(a, ((0, 0), (padding, padding), (padding, padding), (0, 0)))
+    k0, k1 = b.shape[:2]
+    ho = (a.shape[1] - k0) // stride + 1
+    wo = (a.shape[2] - k1) // stride + 1
+    out = np.zeros((a.shape[0], ho, wo, b.shape[3]))
+    for i in range(k0):
+        for j in range(k1):
+            window = a[:, i:i + stride * ho:stride, j:j + stride * wo:stride, :]
+            out += np.einsum("nhwc,co->nhwo", window[:, :ho, :wo], b[i, j])
+    return out
+
+
+def np_im2col(a, k, stride, padding):
+    a = np.pad(a, ((0, 0), (padding, padding), (padding, padding), (0, 0)))
+    ho = (a.shape[1] - k) // stride + 1
+    wo = (a.shape[2] - k) // stride + 1
+    out = np.zeros((a.shape[0], ho, wo, k, k, a.shape[3]))
+    for y in range(ho):
+        for x in range(wo):
+            out[:, y, x] = a[:, y * stride:y * stride + k, x * stride:x * stride + k, :]
+    return out.reshape(a.shape[0], ho, wo, -1)
+
+
+def np_col2im(cols, shape, k, stride, padding):
+    n, h, w, c = shape
+    out = np.zeros((n, h + 2 * padding, w + 2 * padding, c))
+    cols = cols.reshape(cols.shape[:3] + (k, k, c))
+    for y in range(cols.shape[1]):
+        for x in range(cols.shape[2]):
+            out[:, y * stride:y * stride + k, x * stride:x * stride + k, :] += cols[:, y, x]
+    return out[:, padding:padding + h, padding:padding + w, :]
+
+
 def np_scatter(a, index, shape):
     out = np.zeros(shape)
     out[index] = a
@@ -197,6 +232,18 @@ CASES = [
          [(3, 4), (4,), (3, 1)]),
     Case("fused_add_scalars", lambda a: ndl.fused_add_scalars(a, 1.0, 2.0)[0]
          * ndl.fused_add_scalars(a, 1.0, 2.0)[1], lambda a: (a + 1) * (a + 2), [(3, 4)]),
+    Case("conv", lambda a, b: ndl.conv(a, b, 1, 1), lambda a, b: np_conv(a, b, 1, 1),
+         [(2, 5, 6, 3), (3, 3, 3, 2)]),
+    Case("conv_stride2_pad0", lambda a, b: ndl.conv(a, b, 2, 0),
+         lambda a, b: np_conv(a, b, 2, 0), [(2, 7, 6, 2), (3, 3, 2, 3)]),
+    Case("conv_k1", lambda a, b: ndl.conv(a, b, 1, 0), lambda a, b: np_conv(a, b, 1, 0),
+         [(1, 3, 4, 3), (1, 1, 3, 2)]),
+    Case("pad", lambda a: ndl.pad(a, ((0, 0), (1, 2), (0, 3))),
+         lambda a: np.pad(a, ((0, 0), (1, 2), (0, 3))), [(2, 3, 2)]),
+    Case("im2col", lambda a: ndl.im2col(a, 3, stride=2, padding=1),
+         lambda a: np_im2col(a, 3, 2, 1), [(2, 5, 4, 2)]),
+    Case("col2im", lambda a: ndl.ops.Col2Im((2, 5, 4, 2), (3, 3), 2, 1)(a),
+         lambda a: np_col2im(a, (2, 5, 4, 2), 3, 2, 1), [(2, 3, 2, 18)]),
     Case("make_tuple", lambda a, b: ndl.make_tuple(a, b)[1] - ndl.make_tuple(a, b)[0],
          lambda a, b: b - a, [(3, 4), (3, 4)]),
 ]

@@ -1,5 +1,6 @@
 """needle.nn: Parameter, Module and the layers, normalisations and losses built on them."""
 
+from .conv import Conv
 from .layers import Dropout, Flatten, Identity, Linear, ReLU, Residual, Sequential, Sigmoid, Tanh
 from .loss import SoftmaxLoss
 from .module import Module, Parameter
@@ -8,4 +9,5 @@ from .norm import BatchNorm1d, BatchNorm2d, LayerNorm1d
 __all__ = [
     "Module", "Parameter", "Identity", "Flatten", "ReLU", "Tanh", "Sigmoid", "Sequential",
     "Residual", "Linear", "Dropout", "BatchNorm1d", "BatchNorm2d", "LayerNorm1d", "SoftmaxLoss",
+    "Conv",
 ]

@@ -1,0 +1,51 @@
+"""Convolution layer: NCHW in and out, weights (K, K, C_in, C_out) as in the course."""
+
+from __future__ import annotations
+
+import math
+
+from .. import init, ops
+from ..autograd import Tensor
+from ..backends import Device
+from .module import Module, Parameter, check_size
+
+
+class Conv(Module):
+    """2-D convolution with 'same' padding (kernel_size // 2) on NCHW input."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1,
+                 bias: bool = True, device: Device | None = None, dtype: str = "float32"):
+        super().__init__()
+        if isinstance(kernel_size, tuple):
+            if len(kernel_size) != 2 or kernel_size[0] != kernel_size[1]:
+                raise ValueError(f"Conv: only square kernels are supported, got {kernel_size}")
+            kernel_size = kernel_size[0]
+        self.in_channels = c_in = check_size("Conv", "in_channels", in_channels)
+        self.out_channels = c_out = check_size("Conv", "out_channels", out_channels)
+        self.kernel_size = k = check_size("Conv", "kernel_size", kernel_size)
+        self.stride = check_size("Conv", "stride", stride)
+        self.padding = k // 2
+        # the course's draw order: weight first, then bias
+        self.weight = Parameter(init.kaiming_uniform(c_in * k * k, c_out * k * k,
+                                                     shape=(k, k, c_in, c_out),
+                                                     device=device, dtype=dtype))
+        if bias:
+            bound = 1.0 / math.sqrt(c_in * k * k)
+            self.bias = Parameter(init.rand(c_out, low=-bound, high=bound, device=device,
+                                            dtype=dtype))
+        else:
+            self.bias = None
+
+    def forward(self, x: Tensor) -> Tensor:
+        """NCHW -> NHWC, conv, + bias, -> NCHW."""
+        if x.ndim != 4 or x.shape[1] != self.in_channels:
+            raise ValueError(f"Conv: expected input of shape (N, {self.in_channels}, H, W), "
+                             f"found {x.shape}")
+        out = ops.conv(ops.permute(x, (0, 2, 3, 1)), self.weight, self.stride, self.padding)
+        if self.bias is not None:
+            out = out + self.bias  # broadcasts over N, H, W
+        return ops.permute(out, (0, 3, 1, 2))
+
+    def extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}, bias={self.bias is not None}")

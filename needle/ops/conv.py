@@ -1,0 +1,218 @@
+"""Convolution (NHWC input, (K, K, C_in, C_out) weights) and zero padding.
+
+`conv` is one op: the input's K×K windows gathered into columns ("im2col") and contracted
+with the weights in one matmul. Its gradient is made of needle ops, so second order works:
+
+    d weight = im2col(a)^T @ g          d a = col2im(g @ weight^T)
+
+`Im2Col` gathers the windows (its adjoint `Col2Im` adds them back, and the other way round).
+The portable gather zero-pads (`array_api_extra.pad`) and stacks the K×K shifted strided
+slices (basic slicing only); a device may supply a faster gather (`Device.im2col`), which
+must agree with the portable one (the tests check it).
+"""
+
+from __future__ import annotations
+
+import operator
+
+from ..autograd import Tensor, TensorOp
+from ..backends import device_of, namespace
+from .linalg import MatMul
+from .movement import GetItem, reshape
+
+
+def _int(op: str, name: str, value, low: int) -> int:
+    """`value` as an int >= low, or a clear error naming the op."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(f"{op}: {name} must be an int, got {value!r}")
+    value = operator.index(value)
+    if value < low:
+        raise ValueError(f"{op}: {name} must be >= {low}, got {value}")
+    return value
+
+
+def _pad_widths(axes, ndim: int | None = None) -> tuple[tuple[int, int], ...]:
+    """`axes` as a tuple of (before, after) pairs of ints >= 0 (one per axis when ndim is given)."""
+    try:
+        pairs = tuple((_int("pad", "a width", b, 0), _int("pad", "a width", e, 0))
+                      for b, e in axes)
+    except (TypeError, ValueError) as err:
+        if isinstance(err, ValueError) and "must be >=" in str(err):
+            raise
+        raise TypeError(f"pad: axes must be (before, after) pairs of ints, got {axes!r}") from None
+    if ndim is not None and len(pairs) != ndim:
+        raise ValueError(f"pad: {len(pairs)} (before, after) pairs for an input of {ndim} "
+                         f"dimensions; give one pair per axis")
+    return pairs
+
+
+def pad_array(a, widths):
+    """Zero-pad a raw array by (before, after) `widths` per axis (no copy when all are 0)."""
+    if not any(b or e for b, e in widths):
+        return a
+    import array_api_extra as xpx  # the standard has no pad
+
+    return xpx.pad(a, widths)
+
+
+class Pad(TensorOp):
+    """Zero padding: `axes` holds one (before, after) pair per axis."""
+
+    def __init__(self, axes):
+        self.axes = _pad_widths(axes)
+
+    def compute(self, a):
+        return pad_array(a, _pad_widths(self.axes, a.ndim))
+
+    def gradient(self, out_grad, node):
+        shape = node.inputs[0].shape
+        return GetItem(tuple(slice(b, b + n) for (b, _), n in zip(self.axes, shape)))(out_grad)
+
+
+def pad(a: Tensor, axes) -> Tensor:
+    """`a` zero-padded by `axes`, a tuple of (before, after) pairs, one per axis."""
+    return Pad(_pad_widths(axes, a.ndim))(a)
+
+
+def _out_size(op: str, size: int, k: int, stride: int, padding: int, shape, kernel) -> int:
+    span = size + 2 * padding
+    if span < k:
+        raise ValueError(f"{op}: the kernel {kernel} is larger than the padded input: input "
+                         f"shape {shape} (NHWC) with padding {padding}")
+    return (span - k) // stride + 1
+
+
+def _window_slices(k: tuple[int, int], stride: int, out_hw: tuple[int, int]):
+    """For each kernel offset (i, j), row-major: the NHWC index of its strided slice."""
+    (kh, kw), (ho, wo), s = k, out_hw, stride
+    return [(slice(None), slice(i, i + s * (ho - 1) + 1, s), slice(j, j + s * (wo - 1) + 1, s),
+             slice(None)) for i in range(kh) for j in range(kw)]
+
+
+def im2col_portable(padded, kernel: tuple[int, int], stride: int):
+    """(N, Hp, Wp, C) -> (N, Ho, Wo, kh*kw*C): every window, ordered (i, j, c), by slicing."""
+    xp = namespace(padded)
+    n, hp, wp, c = padded.shape
+    kh, kw = kernel
+    ho, wo = (hp - kh) // stride + 1, (wp - kw) // stride + 1
+    cols = xp.stack([padded[ix] for ix in _window_slices(kernel, stride, (ho, wo))], axis=3)
+    return xp.reshape(cols, (n, ho, wo, kh * kw * c))
+
+
+def im2col_array(a, kernel: tuple[int, int], stride: int, padding: int, portable: bool = False):
+    """The windows of a raw NHWC array (padded first): the device's gather or the portable one."""
+    padded = pad_array(a, ((0, 0), (padding, padding), (padding, padding), (0, 0)))
+    if not portable:
+        fast = device_of(a).im2col(padded, kernel, stride)
+        if fast is not None:
+            return fast
+    return im2col_portable(padded, kernel, stride)
+
+
+def _check_nhwc(op: str, a) -> None:
+    if a.ndim != 4:
+        raise ValueError(f"{op}: expected an NHWC input with 4 dimensions, found shape "
+                         f"{tuple(a.shape)}")
+
+
+class Im2Col(TensorOp):
+    """(N, H, W, C) -> (N, Ho, Wo, kh*kw*C): the zero-padded input's windows, ordered (i, j, c)."""
+
+    def __init__(self, kernel: tuple[int, int], stride: int = 1, padding: int = 0):
+        self.kernel = (_int("im2col", "kernel size", kernel[0], 1),
+                       _int("im2col", "kernel size", kernel[1], 1))
+        self.stride = _int("im2col", "stride", stride, 1)
+        self.padding = _int("im2col", "padding", padding, 0)
+
+    def compute(self, a):
+        _check_nhwc("im2col", a)
+        n, h, w, c = a.shape
+        for size, k in zip((h, w), self.kernel):
+            _out_size("im2col", size, k, self.stride, self.padding, tuple(a.shape), self.kernel)
+        return im2col_array(a, self.kernel, self.stride, self.padding)
+
+    def gradient(self, out_grad, node):
+        return Col2Im(node.inputs[0].shape, self.kernel, self.stride, self.padding)(out_grad)
+
+
+class Col2Im(TensorOp):
+    """The adjoint of Im2Col: every window's entries added back into an (N, H, W, C) input."""
+
+    def __init__(self, shape: tuple, kernel: tuple[int, int], stride: int, padding: int):
+        self.shape = tuple(shape)
+        self.kernel = tuple(kernel)
+        self.stride = stride
+        self.padding = padding
+
+    def compute(self, cols):
+        xp = namespace(cols)
+        n, h, w, c = self.shape
+        (kh, kw), p = self.kernel, self.padding
+        ho, wo = cols.shape[1], cols.shape[2]
+        cols = xp.reshape(cols, (n, ho, wo, kh * kw, c))
+        out = xp.zeros((n, h + 2 * p, w + 2 * p, c), dtype=cols.dtype, device=cols.device)
+        # slice assignment: numpy, cupy and array-api-strict allow it (immutable arrays, jax,
+        # will need a device kernel); windows overlap, so the taps are added one at a time
+        for t, ix in enumerate(_window_slices(self.kernel, self.stride, (ho, wo))):
+            out[ix] += cols[:, :, :, t, :]
+        return out[:, p:p + h, p:p + w, :] if p else out
+
+    def gradient(self, out_grad, node):
+        return Im2Col(self.kernel, self.stride, self.padding)(out_grad)
+
+
+class Conv(TensorOp):
+    """2-D cross-correlation of NHWC `a` with (K, K, C_in, C_out) `b`: NHWC out."""
+
+    def __init__(self, stride: int = 1, padding: int = 0):
+        self.stride = _int("conv", "stride", stride, 1)
+        self.padding = _int("conv", "padding", padding, 0)
+
+    def _check(self, a_shape: tuple, b_shape: tuple) -> None:
+        if len(a_shape) != 4 or len(b_shape) != 4:
+            raise ValueError(f"conv: expected an NHWC input and (K, K, C_in, C_out) weights, "
+                             f"found shapes {a_shape} and {b_shape}")
+        if a_shape[3] != b_shape[2]:
+            raise ValueError(f"conv: the input has {a_shape[3]} channels (NHWC shape {a_shape})"
+                             f" but the weights expect {b_shape[2]} (shape {b_shape})")
+        for size, k in zip(a_shape[1:3], b_shape[:2]):
+            _out_size("conv", size, k, self.stride, self.padding, a_shape, b_shape[:2])
+
+    def compute(self, a, b):
+        a_shape, b_shape = tuple(a.shape), tuple(b.shape)
+        self._check(a_shape, b_shape)
+        xp = namespace(a)
+        kh, kw, c_in, c_out = b_shape
+        cols = im2col_array(a, (kh, kw), self.stride, self.padding)
+        n, ho, wo, depth = cols.shape
+        out = xp.reshape(cols, (n * ho * wo, depth)) @ xp.reshape(b, (depth, c_out))
+        return xp.reshape(out, (n, ho, wo, c_out))
+
+    def gradient(self, out_grad, node):
+        a, b = node.inputs
+        kh, kw, c_in, c_out = b.shape
+        n, ho, wo, _ = out_grad.shape
+        depth = kh * kw * c_in
+        g = reshape(out_grad, (n * ho * wo, c_out))
+        grad_a = grad_b = None
+        if a.requires_grad:
+            cols = MatMul(transpose_b=True)(g, reshape(b, (depth, c_out)))
+            grad_a = Col2Im(a.shape, (kh, kw), self.stride, self.padding)(
+                reshape(cols, (n, ho, wo, depth)))
+        if b.requires_grad:
+            cols = Im2Col((kh, kw), self.stride, self.padding)(a)
+            grad_b = reshape(MatMul(transpose_a=True)(reshape(cols, (n * ho * wo, depth)), g),
+                             b.shape)
+        return grad_a, grad_b
+
+
+def conv(a: Tensor, b: Tensor, stride: int = 1, padding: int = 1) -> Tensor:
+    """Cross-correlate NHWC `a` with (K, K, C_in, C_out) `b`, zero-padding H and W by `padding`."""
+    return Conv(stride, padding)(a, b)
+
+
+def im2col(a: Tensor, kernel_size, stride: int = 1, padding: int = 0) -> Tensor:
+    """The (N, Ho, Wo, K*K*C) windows of NHWC `a` (`kernel_size` an int or a pair)."""
+    if not isinstance(kernel_size, (tuple, list)):
+        kernel_size = (kernel_size, kernel_size)
+    return Im2Col(tuple(kernel_size), stride, padding)(a)

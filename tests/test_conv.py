@@ -1,0 +1,267 @@
+"""Convolution: the op against PyTorch, the fast gathers against the portable one, nn.Conv,
+BatchNorm2d on NCHW, pad, and flip/dilate/undilate/stack over every axis combination."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+import needle as ndl
+from needle import nn
+from needle.ops.conv import im2col_array
+from needle.testing import check_gradients
+
+
+def tensor(x, device, dtype="float64", requires_grad=True):
+    return ndl.Tensor(x, device=device, dtype=dtype, requires_grad=requires_grad)
+
+
+def torch_conv(a, b, stride, padding):
+    """needle's NHWC / (K, K, C_in, C_out) conv through PyTorch's NCHW / OIHW conv2d."""
+    torch = pytest.importorskip("torch")
+    out = torch.nn.functional.conv2d(torch.tensor(a).permute(0, 3, 1, 2),
+                                     torch.tensor(b).permute(3, 2, 0, 1),
+                                     stride=stride, padding=padding)
+    return out.permute(0, 2, 3, 1).numpy()
+
+
+# ----- the op ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("k", [1, 3, 5, 7])
+def test_conv_matches_pytorch(k, device):
+    pytest.importorskip("torch")
+    rng = np.random.default_rng(k)
+    a = rng.standard_normal((2, 9, 7, 3))  # non-square
+    b = rng.standard_normal((k, k, 3, 4))
+    for stride, padding in itertools.product((1, 2), range(k + 1)):
+        out = ndl.conv(tensor(a, device), tensor(b, device), stride=stride, padding=padding)
+        ref = torch_conv(a, b, stride, padding)
+        assert out.shape == ref.shape, (stride, padding)
+        np.testing.assert_allclose(out.numpy(), ref, atol=1e-5, rtol=1e-5,
+                                   err_msg=f"k={k} stride={stride} padding={padding}")
+
+
+@pytest.mark.parametrize("stride,padding", [(1, 1), (2, 0), (2, 2), (3, 1)])
+def test_conv_gradients_match_pytorch(stride, padding, device):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(stride * 10 + padding)
+    a, b = rng.standard_normal((3, 8, 7, 4)), rng.standard_normal((3, 3, 4, 5))
+    g = rng.standard_normal(torch_conv(a, b, stride, padding).shape)
+    x, w = tensor(a, device), tensor(b, device)
+    ndl.conv(x, w, stride, padding).backward(tensor(g, device, requires_grad=False))
+    ta, tb = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+    out = torch.nn.functional.conv2d(ta.permute(0, 3, 1, 2), tb.permute(3, 2, 0, 1),
+                                     stride=stride, padding=padding)
+    out.permute(0, 2, 3, 1).backward(torch.tensor(g))
+    np.testing.assert_allclose(x.grad.numpy(), ta.grad.numpy(), atol=1e-9)
+    np.testing.assert_allclose(w.grad.numpy(), tb.grad.numpy(), atol=1e-9)
+
+
+def test_conv_second_order_gradient(device):
+    rng = np.random.default_rng(1)
+
+    def grad_norm(x, w):  # |dL/dx|^2 + |dL/dw|^2 of L = sum(conv(x, w)^2): second order
+        out = ndl.conv(x, w, stride=2, padding=1)
+        (out * out).sum().backward(create_graph=True)
+        return (x.grad * x.grad).sum() + (w.grad * w.grad).sum()
+
+    check_gradients(grad_norm, rng.standard_normal((1, 4, 5, 2)),
+                    rng.standard_normal((3, 3, 2, 2)), device=device, rtol=1e-4)
+
+
+@pytest.mark.parametrize("shape,kernel,stride,padding", [
+    ((2, 9, 7, 3), (3, 3), 1, 1), ((2, 9, 7, 3), (7, 7), 4, 3), ((1, 5, 6, 2), (2, 3), 2, 0),
+    ((3, 4, 4, 5), (1, 1), 1, 0), ((2, 8, 8, 3), (5, 5), 3, 5),
+])
+def test_device_gather_agrees_with_the_portable_one(shape, kernel, stride, padding, device):
+    rng = np.random.default_rng(2)
+    host = rng.standard_normal(shape)
+    arrays = [device.asarray(host)]
+    # a permuted (non-contiguous) view, as nn.Conv hands NCHW input over
+    nchw = device.asarray(np.ascontiguousarray(host.transpose(0, 3, 1, 2)))
+    arrays.append(device.xp.permute_dims(nchw, (0, 2, 3, 1)))
+    for a in arrays:
+        fast = im2col_array(a, kernel, stride, padding)
+        portable = im2col_array(a, kernel, stride, padding, portable=True)
+        assert fast.shape == portable.shape
+        np.testing.assert_array_equal(device.to_numpy(fast), device.to_numpy(portable))
+
+
+def test_cpu_has_a_fast_gather_and_strict_has_none():
+    padded = np.zeros((1, 4, 4, 1))
+    assert ndl.cpu().im2col(padded, (3, 3), 1) is not None
+    assert ndl.backends.Device.im2col(ndl.cpu(), padded, (3, 3), 1) is None
+
+
+def test_conv_errors_name_the_shapes(device):
+    x = tensor(np.zeros((1, 4, 4, 3)), device)
+    with pytest.raises(ValueError, match=r"input has 3 channels .* weights expect 2"):
+        ndl.conv(x, tensor(np.zeros((3, 3, 2, 1)), device))
+    with pytest.raises(ValueError, match=r"kernel \(7, 7\) is larger than the padded input"):
+        ndl.conv(x, tensor(np.zeros((7, 7, 3, 1)), device), padding=1)
+    with pytest.raises(ValueError, match=r"NHWC input and \(K, K, C_in, C_out\) weights"):
+        ndl.conv(tensor(np.zeros((4, 4, 3)), device), tensor(np.zeros((3, 3, 3, 1)), device))
+    with pytest.raises(ValueError, match="stride must be >= 1, got 0"):
+        ndl.conv(x, tensor(np.zeros((3, 3, 3, 1)), device), stride=0)
+    with pytest.raises(TypeError, match="padding must be an int"):
+        ndl.conv(x, tensor(np.zeros((3, 3, 3, 1)), device), padding=1.5)
+
+
+# ----- pad ------------------------------------------------------------------------------------
+def test_pad_forward_and_gradient(device):
+    a = np.arange(6.0).reshape(2, 3)
+    out = ndl.pad(tensor(a, device), ((1, 0), (2, 1)))
+    np.testing.assert_array_equal(out.numpy(), np.pad(a, ((1, 0), (2, 1))))
+    check_gradients(lambda x: ndl.pad(x, ((0, 2), (1, 1), (3, 0))),
+                    np.random.default_rng(3).standard_normal((2, 3, 2)), device=device)
+
+
+def test_pad_errors(device):
+    x = tensor(np.zeros((2, 3)), device)
+    with pytest.raises(ValueError, match=r"pad: 1 \(before, after\) pairs for an input of 2"):
+        ndl.pad(x, ((1, 1),))
+    with pytest.raises(ValueError, match="pad: a width must be >= 0, got -1"):
+        ndl.pad(x, ((0, 0), (-1, 1)))
+    with pytest.raises(TypeError, match="pad: axes must be"):
+        ndl.pad(x, (1, 2))
+
+
+# ----- flip, dilate, undilate, stack over every axis combination ---------------------------
+SHAPE = (2, 3, 2)
+AXIS_SETS = [axes for r in range(1, 4) for axes in itertools.combinations(range(3), r)]
+
+
+def np_dilate(a, axes, d):
+    out = np.zeros(tuple(s * (d + 1) if i in axes else s for i, s in enumerate(a.shape)))
+    out[tuple(slice(None, None, d + 1) if i in axes else slice(None)
+              for i in range(a.ndim))] = a
+    return out
+
+
+@pytest.mark.parametrize("axes", AXIS_SETS, ids=str)
+def test_flip_every_axis_combination(axes, device):
+    a = np.random.default_rng(4).standard_normal(SHAPE)
+    np.testing.assert_array_equal(ndl.flip(tensor(a, device), axes).numpy(), np.flip(a, axes))
+    check_gradients(lambda x: ndl.flip(x, axes), a, device=device)
+
+
+@pytest.mark.parametrize("axes", AXIS_SETS, ids=str)
+@pytest.mark.parametrize("d", [0, 1, 2])
+def test_dilate_and_undilate_every_axis_combination(axes, d, device):
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal(SHAPE)
+    out = ndl.dilate(tensor(a, device), axes, d)
+    np.testing.assert_array_equal(out.numpy(), np_dilate(a, axes, d))
+    check_gradients(lambda x: ndl.dilate(x, axes, d), a, device=device)
+    big = rng.standard_normal(tuple(s * (d + 1) if i in axes else s
+                                    for i, s in enumerate(SHAPE)))
+    back = ndl.undilate(tensor(big, device), axes, d).numpy()
+    np.testing.assert_array_equal(back, big[tuple(slice(None, None, d + 1) if i in axes
+                                                  else slice(None) for i in range(3))])
+    check_gradients(lambda x: ndl.undilate(x, axes, d), big, device=device)
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("axis", [0, 1, 2, -1, -3])
+def test_stack_of_up_to_five_tensors_on_any_axis(count, axis, device):
+    rng = np.random.default_rng(count)
+    arrays = [rng.standard_normal((2, 3)) for _ in range(count)]
+    tensors = [tensor(a, device) for a in arrays]
+    out = ndl.stack(tensors, axis)
+    np.testing.assert_array_equal(out.numpy(), np.stack(arrays, axis))
+    node_grad = out.op.gradient(tensor(np.ones(out.shape), device, requires_grad=False), out)
+    assert isinstance(node_grad, ndl.TensorTuple) and len(node_grad) == count
+    check_gradients(lambda *xs: ndl.stack(list(xs), axis), *arrays, device=device)
+
+
+# ----- nn.Conv ---------------------------------------------------------------------------------
+def test_conv_layer_draws_weight_then_bias_from_numpy_global_state(device):
+    np.random.seed(3)
+    conv = nn.Conv(2, 4, 3, device=device)
+    np.random.seed(3)
+    fan_in = 2 * 3 * 3
+    bound = math.sqrt(2) * math.sqrt(3 / fan_in)
+    weight = np.random.rand(3, 3, 2, 4) * 2 * bound - bound
+    b = 1 / math.sqrt(fan_in)
+    bias = np.random.rand(4) * 2 * b - b
+    assert conv.weight.shape == (3, 3, 2, 4) and conv.bias.shape == (4,)
+    np.testing.assert_allclose(conv.weight.numpy(), weight, rtol=1e-6)
+    np.testing.assert_allclose(conv.bias.numpy(), bias, rtol=1e-6)
+    assert conv.padding == 1
+    assert repr(conv) == "Conv(2, 4, kernel_size=3, stride=1, bias=True)"
+
+
+@pytest.mark.parametrize("k,stride,bias", [(3, 1, True), (3, 2, True), (5, 2, False),
+                                           (1, 1, True), (4, 2, True)])
+def test_conv_layer_matches_pytorch_conv2d(k, stride, bias, device):
+    torch = pytest.importorskip("torch")
+    np.random.seed(k + stride)
+    conv = nn.Conv(3, 5, k, stride=stride, bias=bias, device=device)
+    x_host = np.random.standard_normal((2, 3, 9, 8)).astype(np.float32)
+    x = tensor(x_host, device, "float32")
+    out = conv(x)
+    ref_layer = torch.nn.Conv2d(3, 5, k, stride=stride, padding=k // 2, bias=bias)
+    with torch.no_grad():
+        ref_layer.weight.copy_(torch.tensor(conv.weight.numpy()).permute(3, 2, 0, 1))
+        if bias:
+            ref_layer.bias.copy_(torch.tensor(conv.bias.numpy()))
+    tx = torch.tensor(x_host, requires_grad=True)
+    ref = ref_layer(tx)
+    assert out.shape == tuple(ref.shape)
+    np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), atol=1e-4, rtol=1e-4)
+    g = np.random.standard_normal(out.shape).astype(np.float32)
+    out.backward(tensor(g, device, "float32", requires_grad=False))
+    ref.backward(torch.tensor(g))
+    weight_grad = ref_layer.weight.grad.permute(2, 3, 1, 0).numpy()
+    np.testing.assert_allclose(conv.weight.grad.numpy(), weight_grad, atol=1e-3, rtol=1e-4)
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), atol=1e-4, rtol=1e-4)
+    if bias:
+        np.testing.assert_allclose(conv.bias.grad.numpy(), ref_layer.bias.grad.numpy(),
+                                   atol=1e-3, rtol=1e-4)
+
+
+def test_conv_layer_errors(device):
+    conv = nn.Conv(3, 4, 3, device=device)
+    with pytest.raises(ValueError, match=r"Conv: expected input of shape \(N, 3, H, W\), "
+                                         r"found \(2, 4, 5, 5\)"):
+        conv(tensor(np.zeros((2, 4, 5, 5)), device, "float32"))
+    with pytest.raises(ValueError, match="Conv: out_channels must be >= 1, found 0"):
+        nn.Conv(3, 0, 3)
+    with pytest.raises(ValueError, match="only square kernels"):
+        nn.Conv(3, 4, (3, 5))
+
+
+def test_conv_layer_round_trips_through_state_dict(device):
+    np.random.seed(0)
+    a, b = nn.Conv(2, 3, 3, device=device), nn.Conv(2, 3, 3, device=device)
+    b.load_state_dict(a.state_dict())
+    x = tensor(np.random.standard_normal((1, 2, 5, 5)), device, "float32")
+    np.testing.assert_array_equal(a(x).numpy(), b(x).numpy())
+
+
+# ----- BatchNorm2d against PyTorch ------------------------------------------------------------
+def test_batchnorm2d_matches_pytorch_in_train_and_eval(device):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(6)
+    bn = nn.BatchNorm2d(3, device=device, dtype="float64")
+    ref = torch.nn.BatchNorm2d(3, dtype=torch.float64)
+    for _ in range(2):
+        x = rng.standard_normal((4, 3, 5, 6)) * 2 + 1
+        g = rng.standard_normal(x.shape)
+        t, tx = tensor(x, device), torch.tensor(x, requires_grad=True)
+        out, tout = bn(t), ref(tx)
+        np.testing.assert_allclose(out.numpy(), tout.detach().numpy(), atol=1e-10)
+        out.backward(tensor(g, device, requires_grad=False))
+        tout.backward(torch.tensor(g))
+        np.testing.assert_allclose(t.grad.numpy(), tx.grad.numpy(), atol=1e-10)
+    assert bn.running_mean.shape == (3,)
+    np.testing.assert_allclose(bn.running_mean.numpy(), ref.running_mean.numpy(), atol=1e-12)
+    # the course's running variance is the biased one; PyTorch keeps the unbiased one
+    bn.eval(), ref.eval()
+    x = rng.standard_normal((2, 3, 5, 6))
+    np.testing.assert_allclose(bn(tensor(x, device)).numpy(),
+                               ((x - bn.running_mean.numpy()[:, None, None])
+                                / np.sqrt(bn.running_var.numpy()[:, None, None] + 1e-5)),
+                               atol=1e-10)
