@@ -166,14 +166,17 @@ def test_get_device_by_kind_and_index():
 # ----- the course's names: array_api and NDArray ---------------------------------------------
 
 
-def test_course_array_api_and_ndarray_are_the_default_devices():
+def test_course_array_api_is_the_default_device_and_ndarray_any_device_array():
     xp = ndl.default_device().xp
+    from needle.backend_ndarray import NDArray as course_ndarray
+
     for module in (ndl, ndl.autograd, ndl.backend_ndarray):
         assert module.array_api is xp
-        assert module.NDArray is np.ndarray
+        assert module.NDArray is course_ndarray
     from needle.autograd import NDArray, array_api
 
-    assert array_api is xp and NDArray is np.ndarray
+    assert array_api is xp and NDArray is course_ndarray
+    assert isinstance(np.ones(2), NDArray) and not isinstance([1.0], NDArray)
     assert isinstance(ndl.Tensor([1.0]).cached_data, ndl.NDArray)
     assert isinstance(array_api.ones(2), NDArray)
     with pytest.raises(AttributeError, match="'needle.autograd' has no attribute 'NDArrays'"):
@@ -182,7 +185,7 @@ def test_course_array_api_and_ndarray_are_the_default_devices():
 
 def test_course_names_in_ops():
     """Needs `__getattr__ = course_getattr(__name__)` in needle/ops/__init__.py."""
-    assert ndl.ops.array_api is ndl.default_device().xp and ndl.ops.NDArray is np.ndarray
+    assert ndl.ops.array_api is ndl.default_device().xp and ndl.ops.NDArray is ndl.NDArray
     with pytest.raises(AttributeError, match="'needle.ops' has no attribute 'nope'"):
         _ = ndl.ops.nope
 

@@ -1,4 +1,4 @@
-"""The course's hw1 application: softmax regression / a two-layer net trained with autograd.
+"""The course's simple_ml: hw1's softmax regression and two-layer net, hw4's CIFAR-10 loops.
 
 Absolute imports only, so `from simple_ml import *` works with this folder on sys.path.
 """
@@ -8,9 +8,12 @@ from __future__ import annotations
 import numpy as np
 
 import needle as ndl
+import needle.nn as nn
+from needle.apps.mlp_resnet import run_epoch
 from needle.data.mnist import parse_mnist
 
-__all__ = ["parse_mnist", "softmax_loss", "nn_epoch", "loss_err"]
+__all__ = ["parse_mnist", "softmax_loss", "nn_epoch", "loss_err",
+           "epoch_general_cifar10", "train_cifar10", "evaluate_cifar10"]
 
 
 def softmax_loss(Z: ndl.Tensor, y_one_hot: ndl.Tensor) -> ndl.Tensor:
@@ -42,3 +45,68 @@ def loss_err(h: ndl.Tensor, y: np.ndarray) -> tuple[float, float]:
     y_one_hot = ndl.init.one_hot(h.shape[1], y, device=h.device, dtype=h.dtype)
     loss = float(softmax_loss(h, y_one_hot).numpy())
     return loss, float(np.mean(h.numpy().argmax(axis=1) != y))
+
+
+# ----- hw4: CIFAR-10 ---------------------------------------------------------------------------
+
+
+class _OnDevice:
+    """The batches of `loader` as (float32 X, y) Tensors on `device`; counts the samples."""
+
+    def __init__(self, loader, device: ndl.Device):
+        self.loader, self.device, self.count = loader, device, 0
+
+    def __iter__(self):
+        for X, y in self.loader:
+            if X.device != self.device or X.dtype != "float32":
+                X = ndl.Tensor(X, device=self.device, dtype="float32", requires_grad=False)
+            if y.device != self.device:
+                y = ndl.Tensor(y, device=self.device, requires_grad=False)
+            self.count += X.shape[0]
+            yield X, y
+
+    def __repr__(self) -> str:
+        return repr(self.loader)
+
+
+def epoch_general_cifar10(dataloader, model: nn.Module,
+                          loss_fn: nn.Module = nn.SoftmaxLoss(),  # noqa: B008  (the course's)
+                          opt: ndl.optim.Optimizer | None = None) -> tuple[float, float]:
+    """One pass over `dataloader`, training when `opt` is given: (accuracy, mean loss).
+
+    Batches go to the device of the model's first parameter (images as float32); the mean
+    loss weights each batch's loss by its size. Without `opt` the model is in eval mode and
+    nothing is recorded for autograd.
+    """
+    np.random.seed(4)
+    model.train() if opt is not None else model.eval()
+    params = model.parameters()
+    batches = _OnDevice(dataloader, params[0].device if params else ndl.default_device())
+    err, loss = run_epoch(batches, model, loss_fn, opt)
+    n = batches.count
+    return (n - round(err * n)) / n, loss  # correct / n, as the course counts it
+
+
+def train_cifar10(model: nn.Module, dataloader, n_epochs: int = 1,
+                  optimizer: type = ndl.optim.Adam, lr: float = 0.001,
+                  weight_decay: float = 0.001,
+                  loss_fn: type = nn.SoftmaxLoss) -> tuple[float, float]:
+    """`n_epochs` training passes with `optimizer(model.parameters(), lr, weight_decay)`.
+
+    Returns the last epoch's (accuracy, mean loss); `loss_fn` is a class, made once.
+    """
+    if n_epochs < 1:
+        raise ValueError(f"train_cifar10: n_epochs must be at least 1, got {n_epochs}")
+    np.random.seed(4)
+    opt = optimizer(model.parameters(), lr=lr, weight_decay=weight_decay)
+    loss = loss_fn()
+    for _ in range(n_epochs):
+        result = epoch_general_cifar10(dataloader, model, loss, opt)
+    return result
+
+
+def evaluate_cifar10(model: nn.Module, dataloader,
+                     loss_fn: type = nn.SoftmaxLoss) -> tuple[float, float]:
+    """One evaluation pass (eval mode, no optimizer): (accuracy, mean loss)."""
+    np.random.seed(4)
+    return epoch_general_cifar10(dataloader, model, loss_fn())

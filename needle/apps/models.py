@@ -1,0 +1,56 @@
+"""The course's hw4 image model: ResNet9 for CIFAR-10, built from ConvBN blocks.
+
+Absolute imports only, so `from models import *` works with this folder on sys.path.
+"""
+
+from __future__ import annotations
+
+import needle as ndl
+import needle.nn as nn
+
+__all__ = ["ConvBN", "ResNet9"]
+
+
+class ConvBN(nn.Module):
+    """Conv(a, b, k, stride=s) -> BatchNorm2d(b) -> ReLU, on NCHW input."""
+
+    def __init__(self, a: int, b: int, k: int, s: int, device: ndl.Device | None = None,
+                 dtype: str = "float32"):
+        super().__init__()
+        self.conv = nn.Conv(a, b, k, stride=s, device=device, dtype=dtype)
+        self.bn = nn.BatchNorm2d(b, device=device, dtype=dtype)
+        self.relu = nn.ReLU()
+
+    def forward(self, x: ndl.Tensor) -> ndl.Tensor:
+        """relu(bn(conv(x)))."""
+        return self.relu(self.bn(self.conv(x)))
+
+
+class ResNet9(nn.Module):
+    """(N, 3, 32, 32) images -> (N, 10) logits; 431,946 parameters.
+
+    The layers are built in the course's order, so `np.random.seed(k); ResNet9()` draws the
+    same weights as the course's model.
+    """
+
+    def __init__(self, device: ndl.Device | None = None, dtype: str = "float32"):
+        super().__init__()
+        kw = {"device": device, "dtype": dtype}
+        # spatial size 32 -> 8 -> 4 -> 4 -> 2 -> 1 -> 1: the flattened features are 128
+        self.model = nn.Sequential(
+            ConvBN(3, 16, 7, 4, **kw),
+            ConvBN(16, 32, 3, 2, **kw),
+            nn.Residual(nn.Sequential(ConvBN(32, 32, 3, 1, **kw), ConvBN(32, 32, 3, 1, **kw))),
+            ConvBN(32, 64, 3, 2, **kw),
+            ConvBN(64, 128, 3, 2, **kw),
+            nn.Residual(nn.Sequential(ConvBN(128, 128, 3, 1, **kw),
+                                      ConvBN(128, 128, 3, 1, **kw))),
+            nn.Flatten(),
+            nn.Linear(128, 128, **kw),
+            nn.ReLU(),
+            nn.Linear(128, 10, **kw),
+        )
+
+    def forward(self, x: ndl.Tensor) -> ndl.Tensor:
+        """The logits of a batch of NCHW images."""
+        return self.model(x)
