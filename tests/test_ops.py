@@ -87,6 +87,20 @@ def np_col2im(cols, shape, k, stride, padding):
     return out[:, padding:padding + h, padding:padding + w, :]
 
 
+def np_unfold2d(a, k, s):
+    v = np.lib.stride_tricks.sliding_window_view(a, (k, k), axis=(-2, -1))[..., ::s, ::s, :, :]
+    return np.moveaxis(v, (-2, -1), (0, 1)).reshape((k * k,) + v.shape[:-2])
+
+
+def np_fold2d(t, k, s, size):
+    out = np.zeros(t.shape[1:-2] + tuple(size))
+    ho, wo = t.shape[-2:]
+    for p in range(k * k):
+        i, j = divmod(p, k)
+        out[..., i:i + s * (ho - 1) + 1:s, j:j + s * (wo - 1) + 1:s] += t[p]
+    return out
+
+
 def np_scatter(a, index, shape):
     out = np.zeros(shape)
     out[index] = a
@@ -244,6 +258,16 @@ CASES = [
          lambda a: np_im2col(a, 3, 2, 1), [(2, 5, 4, 2)]),
     Case("col2im", lambda a: ndl.ops.Col2Im((2, 5, 4, 2), (3, 3), 2, 1)(a),
          lambda a: np_col2im(a, (2, 5, 4, 2), 3, 2, 1), [(2, 3, 2, 18)]),
+    Case("max_pool2d", lambda a: ndl.max_pool2d(a, 3, 2),
+         lambda a: np_unfold2d(a, 3, 2).max(0), [(1, 2, 5, 6)]),
+    Case("max_pool2d_disjoint", lambda a: ndl.max_pool2d(a, 2),
+         lambda a: np_unfold2d(a, 2, 2).max(0), [(1, 2, 5, 4)]),
+    Case("avg_pool2d", lambda a: ndl.avg_pool2d(a, 3, 1),
+         lambda a: np_unfold2d(a, 3, 1).mean(0), [(1, 2, 4, 5)]),
+    Case("unfold2d", lambda a: ndl.unfold2d(a, 2, 1), lambda a: np_unfold2d(a, 2, 1),
+         [(2, 3, 4)]),
+    Case("fold2d", lambda a: ndl.fold2d(a, 3, 2, (5, 6)),
+         lambda a: np_fold2d(a, 3, 2, (5, 6)), [(9, 2, 2, 2)]),
     Case("make_tuple", lambda a, b: ndl.make_tuple(a, b)[1] - ndl.make_tuple(a, b)[0],
          lambda a, b: b - a, [(3, 4), (3, 4)]),
 ]

@@ -5,9 +5,10 @@ from .layers import Dropout, Flatten, Identity, Linear, ReLU, Residual, Sequenti
 from .loss import SoftmaxLoss
 from .module import Module, Parameter
 from .norm import BatchNorm1d, BatchNorm2d, LayerNorm1d
+from .pool import AvgPool2d, MaxPool2d
 
 __all__ = [
     "Module", "Parameter", "Identity", "Flatten", "ReLU", "Tanh", "Sigmoid", "Sequential",
     "Residual", "Linear", "Dropout", "BatchNorm1d", "BatchNorm2d", "LayerNorm1d", "SoftmaxLoss",
-    "Conv",
+    "Conv", "MaxPool2d", "AvgPool2d",
 ]

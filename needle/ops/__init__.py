@@ -15,6 +15,9 @@ from .movement import (
     undilate,
 )
 from .norm import Normalize, NormalizeGrad, normalize
+from .pool import (
+    AvgPool2dOp, Fold2d, MaxPool2dOp, Unfold2d, avg_pool2d, fold2d, max_pool2d, unfold2d,
+)
 from .reduce import (
     LogSoftmax, LogSumExp, Max, Summation, logsoftmax, logsumexp, max, summation,
 )
@@ -36,6 +39,8 @@ __all__ = [
     "fused_add_scalars", "make_tuple", "split", "stack", "tuple_get_item", "as_scalar",
     "Normalize", "NormalizeGrad", "normalize",
     "Conv", "Im2Col", "Col2Im", "Pad", "conv", "im2col", "pad",
+    "AvgPool2dOp", "Fold2d", "MaxPool2dOp", "Unfold2d", "avg_pool2d", "fold2d",
+    "max_pool2d", "unfold2d",
 ]
 
 __getattr__ = course_getattr(__name__)  # the course's `array_api` and `NDArray`, lazily

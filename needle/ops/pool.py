@@ -1,0 +1,171 @@
+"""2-D pooling over the last two axes of NCHW tensors (no padding, floor output size).
+
+A pooling window at output (y, x) covers input rows s*y .. s*y + k - 1 and columns
+s*x .. s*x + k - 1, so Ho = (H - k) // s + 1 and Wo = (W - k) // s + 1, as PyTorch's
+ceil_mode=False. Window offset (i, j) seen from every output at once is the strided slice
+a[..., i:i + s*(Ho-1) + 1:s, j:j + s*(Wo-1) + 1:s], of shape (..., Ho, Wo): the forward
+passes reduce those k*k slices (basic slicing only, no Python loop over pixels), and
+`Unfold2d` / `Fold2d` stack them and scatter-add them back, which the gradients are built on.
+"""
+
+from __future__ import annotations
+
+import operator
+
+from ..autograd import Tensor, TensorOp
+from ..backends import namespace
+from .movement import broadcast_to, reshape
+
+
+def _positive_int(op: str, name: str, value) -> int:
+    """`value` as an int >= 1: TypeError for non-integers (bools too), ValueError below 1."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(f"{op}: {name} must be an int, got {value!r} ({type(value).__name__})")
+    value = operator.index(value)
+    if value < 1:
+        raise ValueError(f"{op}: {name} must be >= 1, got {value}")
+    return value
+
+
+def _kernel_stride(op: str, kernel_size, stride) -> tuple[int, int]:
+    """(k, s) checked; the stride defaults to the kernel size."""
+    k = _positive_int(op, "kernel_size", kernel_size)
+    return k, k if stride is None else _positive_int(op, "stride", stride)
+
+
+def _out_hw(op: str, shape: tuple, k: int, s: int, nchw: bool = True) -> tuple[int, int]:
+    """(Ho, Wo) for windows of size k and stride s over the last two axes of `shape`
+    (which must be 4-D where `nchw`)."""
+    shape = tuple(shape)
+    if nchw and len(shape) != 4:
+        raise ValueError(f"{op}: expected a 4-D (N, C, H, W) input, got shape {shape}")
+    if len(shape) < 2:
+        raise ValueError(f"{op}: expected at least 2 dimensions (..., H, W), got shape {shape}")
+    h, w = shape[-2:]
+    if k > h or k > w:
+        raise ValueError(f"{op}: kernel_size {k} is larger than the input's (H, W) = "
+                         f"({h}, {w}) (shape {shape})")
+    return (h - k) // s + 1, (w - k) // s + 1
+
+
+def _windows(k: int, s: int, ho: int, wo: int) -> list[tuple]:
+    """The k*k indices of the window offsets (i, j), row-major: one strided slice each."""
+    return [(..., slice(i, i + s * (ho - 1) + 1, s), slice(j, j + s * (wo - 1) + 1, s))
+            for i in range(k) for j in range(k)]
+
+
+def _zeros(xp, shape: tuple, like):
+    return xp.zeros(shape, dtype=like.dtype, device=getattr(like, "device", None))
+
+
+class MaxPool2dOp(TensorOp):
+    """Max over each k x k window of an NCHW tensor; tied maxima share a window's adjoint."""
+
+    def __init__(self, kernel_size: int, stride: int | None = None):
+        self.kernel_size, self.stride = _kernel_stride("max_pool2d", kernel_size, stride)
+
+    def compute(self, a):
+        xp, k, s = namespace(a), self.kernel_size, self.stride
+        out = None
+        for index in _windows(k, s, *_out_hw("max_pool2d", a.shape, k, s)):
+            out = a[index] if out is None else xp.maximum(out, a[index])
+        return out
+
+    def gradient(self, out_grad, node):
+        a, m = node.inputs[0].realize_cached_data(), node.realize_cached_data()
+        xp, k, s = namespace(a), self.kernel_size, self.stride
+        # share[p] = [window entry p == window max] / (number of such entries), as Max does
+        windows = xp.stack([a[index] for index in _windows(k, s, *m.shape[-2:])])
+        mask = xp.astype(windows == m, a.dtype)  # (k*k, N, C, Ho, Wo)
+        share = Tensor.make_const(mask / xp.sum(mask, axis=0), device=node.device)
+        per_offset = reshape(out_grad, (1,) + out_grad.shape) * share
+        return fold2d(per_offset, k, s, tuple(a.shape[-2:]))
+
+
+def max_pool2d(a: Tensor, kernel_size: int, stride: int | None = None) -> Tensor:
+    """Max pooling of an NCHW tensor over k x k windows (stride defaults to k, no padding)."""
+    return MaxPool2dOp(kernel_size, stride)(a)
+
+
+class AvgPool2dOp(TensorOp):
+    """Mean over each k x k window of an NCHW tensor."""
+
+    def __init__(self, kernel_size: int, stride: int | None = None):
+        self.kernel_size, self.stride = _kernel_stride("avg_pool2d", kernel_size, stride)
+
+    def compute(self, a):
+        k, s = self.kernel_size, self.stride
+        total = None
+        for index in _windows(k, s, *_out_hw("avg_pool2d", a.shape, k, s)):
+            total = a[index] if total is None else total + a[index]
+        return total / (k * k)
+
+    def gradient(self, out_grad, node):
+        # every entry of a window gets 1/k^2 of its adjoint; overlapping windows add
+        k, shape = self.kernel_size, out_grad.shape
+        spread = broadcast_to(reshape(out_grad / (k * k), (1,) + shape), (k * k,) + shape)
+        return fold2d(spread, k, self.stride, tuple(node.inputs[0].shape[-2:]))
+
+
+def avg_pool2d(a: Tensor, kernel_size: int, stride: int | None = None) -> Tensor:
+    """Average pooling of an NCHW tensor over k x k windows (stride defaults to k)."""
+    return AvgPool2dOp(kernel_size, stride)(a)
+
+
+class Unfold2d(TensorOp):
+    """(..., H, W) -> (k*k, ..., Ho, Wo): entry p = i*k + j holds every window's (i, j)."""
+
+    def __init__(self, kernel_size: int, stride: int | None = None):
+        self.kernel_size, self.stride = _kernel_stride("unfold2d", kernel_size, stride)
+
+    def compute(self, a):
+        k, s = self.kernel_size, self.stride
+        ho, wo = _out_hw("unfold2d", a.shape, k, s, nchw=False)
+        return namespace(a).stack([a[index] for index in _windows(k, s, ho, wo)], axis=0)
+
+    def gradient(self, out_grad, node):
+        return fold2d(out_grad, self.kernel_size, self.stride,
+                      tuple(node.inputs[0].shape[-2:]))
+
+
+def unfold2d(a: Tensor, kernel_size: int, stride: int | None = None) -> Tensor:
+    """The k*k window offsets of `a`'s last two axes, stacked along a new first axis."""
+    return Unfold2d(kernel_size, stride)(a)
+
+
+class Fold2d(TensorOp):
+    """(k*k, ..., Ho, Wo) -> (..., H, W): each entry added where Unfold2d took it from.
+
+    Its adjoint pair is Unfold2d; input positions no window covers get zero.
+    """
+
+    def __init__(self, kernel_size: int, stride: int | None, size: tuple[int, int]):
+        self.kernel_size, self.stride = _kernel_stride("fold2d", kernel_size, stride)
+        if not isinstance(size, (tuple, list)) or len(size) != 2:
+            raise TypeError(f"fold2d: size must be (H, W), got {size!r}")
+        self.size = tuple(_positive_int("fold2d", "size", n) for n in size)
+
+    def compute(self, t):
+        xp, k, s = namespace(t), self.kernel_size, self.stride
+        shape = tuple(t.shape)
+        ho, wo = _out_hw("fold2d", self.size, k, s, nchw=False)
+        if len(shape) < 3 or shape[0] != k * k or shape[-2:] != (ho, wo):
+            raise ValueError(f"fold2d: expected shape ({k * k}, ..., {ho}, {wo}) for kernel "
+                             f"{k}, stride {s} and size {self.size}, got {shape}")
+        # item assignment into fresh zeros, as ScatterItem does; overlapping windows add,
+        # disjoint ones (stride >= kernel) are simply written: twice as fast on numpy
+        out = _zeros(xp, shape[1:-2] + self.size, t)
+        for p, index in enumerate(_windows(k, s, ho, wo)):
+            if s >= k:
+                out[index] = t[p, ...]
+            else:
+                out[index] += t[p, ...]
+        return out
+
+    def gradient(self, out_grad, node):
+        return unfold2d(out_grad, self.kernel_size, self.stride)
+
+
+def fold2d(a: Tensor, kernel_size: int, stride: int | None, size: tuple[int, int]) -> Tensor:
+    """Scatter-add unfold2d-shaped (k*k, ..., Ho, Wo) windows into zeros (..., *size)."""
+    return Fold2d(kernel_size, stride, size)(a)
