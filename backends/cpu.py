@@ -47,14 +47,20 @@ class CPUDevice(Device):
     def _load(self) -> tuple[Any, Any]:
         return numpy_namespace(), "cpu"
 
-    def im2col(self, padded: np.ndarray, kernel: tuple[int, int], stride: int) -> np.ndarray:
-        """The windows as one zero-copy strided view, copied once into columns."""
-        n, hp, wp, c = padded.shape
+    def im2col(self, a: np.ndarray, kernel: tuple[int, int], stride: int,
+               padding: int) -> np.ndarray:
+        """The windows as one zero-copy strided view of the padded input, copied once."""
+        n, h, w, c = a.shape
+        p = padding
+        if p:  # zeros and one slice copy: np.pad costs several times more on small inputs
+            padded = np.zeros((n, h + 2 * p, w + 2 * p, c), dtype=a.dtype)
+            padded[:, p:p + h, p:p + w, :] = a
+            a = padded
         (kh, kw), s = kernel, stride
-        ho, wo = (hp - kh) // s + 1, (wp - kw) // s + 1
-        sn, sh, sw, sc = padded.strides
+        ho, wo = (h + 2 * p - kh) // s + 1, (w + 2 * p - kw) // s + 1
+        sn, sh, sw, sc = a.strides
         view = np.lib.stride_tricks.as_strided(
-            padded, (n, ho, wo, kh, kw, c), (sn, sh * s, sw * s, sh, sw, sc), writeable=False)
+            a, (n, ho, wo, kh, kw, c), (sn, sh * s, sw * s, sh, sw, sc), writeable=False)
         return view.reshape(n, ho, wo, kh * kw * c)
 
     def owns(self, array: Any) -> bool:

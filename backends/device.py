@@ -154,8 +154,9 @@ class Device:
         return xp.astype(xp.expand_dims(idx, axis=-1) == classes, self.dtype(dtype))
 
     # ----- optional fast kernels: None means "use the portable version" -------------------
-    def im2col(self, padded: Any, kernel: tuple[int, int], stride: int) -> Any:
-        """(N, Hp, Wp, C) -> (N, Ho, Wo, kh*kw*C) windows ordered (i, j, c), or None."""
+    def im2col(self, a: Any, kernel: tuple[int, int], stride: int, padding: int) -> Any:
+        """NHWC (N, H, W, C) zero-padded by `padding` -> (N, Ho, Wo, kh*kw*C) windows ordered
+        (i, j, c); None where the device has no kernel of its own (the op's portable gather)."""
         return None
 
     # ----- random numbers: numpy's global state, so np.random.seed reproduces the course -----

@@ -45,17 +45,21 @@ class BatchNorm1d(Module):
             inv_std = (self.running_var.realize_cached_data() + self.eps) ** -0.5
             inv_std = Tensor.make_const(inv_std, device=x.device)
             return (x - self.running_mean) * (self.weight * inv_std) + self.bias
-        self._update_running(x.realize_cached_data())
         # one fused node standardises with the batch mean and the biased batch variance
-        return ops.normalize(x, (0,), self.eps) * self.weight + self.bias
+        op = ops.Normalize((0,), self.eps)
+        out = op(x)
+        out.realize_cached_data()  # computes op.stats, in lazy mode too
+        self._update_running(*op.stats)
+        return out * self.weight + self.bias
 
-    def _update_running(self, data) -> None:
-        """running = (1 - m) running + m batch, on raw arrays: no graph is recorded."""
+    def _update_running(self, mean, var) -> None:
+        """running = (1 - m) running + m batch, on raw arrays: no graph is recorded.
+
+        `mean` and `var` (biased, as in the course) are the batch statistics that the
+        Normalize op computed, of shape (1, dim).
+        """
         xp = self.running_mean.device.xp
-        scale = 1.0 / data.shape[0]
-        mean = xp.sum(data, axis=0) * scale
-        centered = data - mean
-        var = xp.sum(centered * centered, axis=0) * scale  # biased, as in the course
+        mean, var = xp.reshape(mean, (-1,)), xp.reshape(var, (-1,))
         m = self.momentum
         for buf, batch in ((self.running_mean, mean), (self.running_var, var)):
             old = buf.realize_cached_data()

@@ -89,24 +89,25 @@ def _window_slices(k: tuple[int, int], stride: int, out_hw: tuple[int, int]):
              slice(None)) for i in range(kh) for j in range(kw)]
 
 
-def im2col_portable(padded, kernel: tuple[int, int], stride: int):
-    """(N, Hp, Wp, C) -> (N, Ho, Wo, kh*kw*C): every window, ordered (i, j, c), by slicing."""
-    xp = namespace(padded)
-    n, hp, wp, c = padded.shape
+def im2col_portable(a, kernel: tuple[int, int], stride: int, padding: int):
+    """(N, H, W, C) -> (N, Ho, Wo, kh*kw*C): every window of the zero-padded input, ordered
+    (i, j, c), by basic slicing."""
+    xp = namespace(a)
+    a = pad_array(a, ((0, 0), (padding, padding), (padding, padding), (0, 0)))
+    n, hp, wp, c = a.shape
     kh, kw = kernel
     ho, wo = (hp - kh) // stride + 1, (wp - kw) // stride + 1
-    cols = xp.stack([padded[ix] for ix in _window_slices(kernel, stride, (ho, wo))], axis=3)
+    cols = xp.stack([a[ix] for ix in _window_slices(kernel, stride, (ho, wo))], axis=3)
     return xp.reshape(cols, (n, ho, wo, kh * kw * c))
 
 
 def im2col_array(a, kernel: tuple[int, int], stride: int, padding: int, portable: bool = False):
-    """The windows of a raw NHWC array (padded first): the device's gather or the portable one."""
-    padded = pad_array(a, ((0, 0), (padding, padding), (padding, padding), (0, 0)))
+    """The windows of a raw NHWC array: the device's own gather, else the portable one."""
     if not portable:
-        fast = device_of(a).im2col(padded, kernel, stride)
+        fast = device_of(a).im2col(a, kernel, stride, padding)
         if fast is not None:
             return fast
-    return im2col_portable(padded, kernel, stride)
+    return im2col_portable(a, kernel, stride, padding)
 
 
 def _check_nhwc(op: str, a) -> None:
@@ -118,13 +119,18 @@ def _check_nhwc(op: str, a) -> None:
 class Im2Col(TensorOp):
     """(N, H, W, C) -> (N, Ho, Wo, kh*kw*C): the zero-padded input's windows, ordered (i, j, c)."""
 
-    def __init__(self, kernel: tuple[int, int], stride: int = 1, padding: int = 0):
+    def __init__(self, kernel: tuple[int, int], stride: int = 1, padding: int = 0,
+                 saved: tuple | None = None):
         self.kernel = (_int("im2col", "kernel size", kernel[0], 1),
                        _int("im2col", "kernel size", kernel[1], 1))
         self.stride = _int("im2col", "stride", stride, 1)
         self.padding = _int("im2col", "padding", padding, 0)
+        self._saved = saved  # (input, its windows) that a Conv already gathered
 
     def compute(self, a):
+        saved, self._saved = self._saved, None
+        if saved is not None and saved[0] is a:
+            return saved[1]
         _check_nhwc("im2col", a)
         n, h, w, c = a.shape
         for size, k in zip((h, w), self.kernel):
@@ -167,6 +173,7 @@ class Conv(TensorOp):
     def __init__(self, stride: int = 1, padding: int = 0):
         self.stride = _int("conv", "stride", stride, 1)
         self.padding = _int("conv", "padding", padding, 0)
+        self._saved = None
 
     def _check(self, a_shape: tuple, b_shape: tuple) -> None:
         if len(a_shape) != 4 or len(b_shape) != 4:
@@ -184,6 +191,9 @@ class Conv(TensorOp):
         xp = namespace(a)
         kh, kw, c_in, c_out = b_shape
         cols = im2col_array(a, (kh, kw), self.stride, self.padding)
+        # the weight's gradient needs these windows again: kept while the graph lives (an
+        # op without inputs that require grad is dropped right away, and the windows with it)
+        self._saved = (a, cols)
         n, ho, wo, depth = cols.shape
         out = xp.reshape(cols, (n * ho * wo, depth)) @ xp.reshape(b, (depth, c_out))
         return xp.reshape(out, (n, ho, wo, c_out))
@@ -200,7 +210,8 @@ class Conv(TensorOp):
             grad_a = Col2Im(a.shape, (kh, kw), self.stride, self.padding)(
                 reshape(cols, (n, ho, wo, depth)))
         if b.requires_grad:
-            cols = Im2Col((kh, kw), self.stride, self.padding)(a)
+            saved, self._saved = self._saved, None
+            cols = Im2Col((kh, kw), self.stride, self.padding, saved)(a)
             grad_b = reshape(MatMul(transpose_a=True)(reshape(cols, (n * ho * wo, depth)), g),
                              b.shape)
         return grad_a, grad_b

@@ -27,25 +27,38 @@ def _mean(xp, x, axes):
 
 
 def _stats(xp, x, axes, eps):
-    """(y, s): the standardised x and the inverse standard deviation (keepdims)."""
-    centered = x - _mean(xp, x, axes)
-    s = (_mean(xp, centered * centered, axes) + eps) ** -0.5
-    return centered * s, s
+    """(y, s, mean, var): the standardised x, the inverse standard deviation, the mean and
+    the biased variance (all keepdims)."""
+    mean = _mean(xp, x, axes)
+    centered = x - mean
+    var = _mean(xp, centered * centered, axes)
+    s = (var + eps) ** -0.5
+    return centered * s, s, mean, var
 
 
 class Normalize(TensorOp):
-    """(x - mean) / sqrt(var + eps) over `axes`, with the biased variance."""
+    """(x - mean) / sqrt(var + eps) over `axes`, with the biased variance.
+
+    After `compute`, `stats` holds the (mean, var) it used (keepdims arrays): BatchNorm's
+    running statistics read them instead of reducing the batch again.
+    """
 
     def __init__(self, axes, eps: float = 1e-5):
         self.axes = freeze_axes(axes)
         self.eps = float(eps)
+        self.stats = None
+        self._saved = None
 
     def compute(self, x):
         axes = normalize_axes("normalize", self.axes, x.shape)
-        return _stats(namespace(x), x, axes, self.eps)[0]
+        y, s, mean, var = _stats(namespace(x), x, axes, self.eps)
+        self.stats = (mean, var)
+        self._saved = (x, y, s)  # for the gradient: kept while the graph lives
+        return y
 
     def gradient(self, out_grad, node):
-        return NormalizeGrad(self.axes, self.eps)(node.inputs[0], out_grad)
+        saved, self._saved = self._saved, None
+        return NormalizeGrad(self.axes, self.eps, saved)(node.inputs[0], out_grad)
 
 
 def normalize(x: Tensor, axes, eps: float = 1e-5) -> Tensor:
@@ -56,14 +69,19 @@ def normalize(x: Tensor, axes, eps: float = 1e-5) -> Tensor:
 class NormalizeGrad(TensorOp):
     """The adjoint of Normalize at x for the output adjoint g: s P g."""
 
-    def __init__(self, axes: tuple, eps: float):
+    def __init__(self, axes: tuple, eps: float, saved: tuple | None = None):
         self.axes = freeze_axes(axes)
         self.eps = eps
+        self._saved = saved  # (x, y, s) from the Normalize of this x
 
     def compute(self, x, g):
         xp = namespace(x)
         axes = normalize_axes("normalize", self.axes, x.shape)
-        y, s = _stats(xp, x, axes, self.eps)
+        saved, self._saved = self._saved, None
+        if saved is not None and saved[0] is x:
+            y, s = saved[1], saved[2]
+        else:
+            y, s = _stats(xp, x, axes, self.eps)[:2]
         return s * (g - _mean(xp, g, axes) - y * _mean(xp, g * y, axes))
 
     def gradient(self, h, node):

@@ -1,0 +1,231 @@
+"""Convolutions: needle cpu vs PyTorch CPU, measured in the same run.
+
+1. forward+backward of single conv layers at ResNet9's shapes (batch 128, 32x32 input);
+2. one ResNet9 training step (batch 128, 3x32x32, SGD lr 0.01), the issue's target being
+   at most 1.5x PyTorch's time, with each framework's per-step peak memory (each in a fresh
+   process: the peak RSS over the steps minus the RSS once model and batch were built);
+3. with --portable, needle's portable gather (stacked slices) in place of the cpu device's
+   strided-view gather, to show what the fast path buys.
+
+Timings alternate between the frameworks and report medians, since this machine is noisy.
+
+    python benchmarks/conv.py [--steps 20] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+import needle as ndl
+
+# (C_in, C_out, kernel, stride, input H=W) of ResNet9's conv layers on 32x32 images
+LAYERS = [(3, 16, 7, 4, 32), (16, 32, 3, 2, 8), (32, 32, 3, 1, 4), (32, 64, 3, 2, 4),
+          (64, 128, 3, 2, 2), (128, 128, 3, 1, 1)]
+BATCH = 128
+
+
+def rss_mb() -> float:
+    with open(f"/proc/{os.getpid()}/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def reset_peak_rss() -> None:
+    """Start the kernel's high-water mark (VmHWM) afresh at the current RSS (Linux)."""
+    try:
+        with open(f"/proc/{os.getpid()}/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def peak_rss_mb() -> float:
+    """VmHWM: unlike ru_maxrss, it is not inherited from the parent across fork and exec."""
+    with open(f"/proc/{os.getpid()}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def use_portable_gather() -> None:
+    """Make the cpu device fall back to the portable gather (for the comparison)."""
+    ndl.cpu().im2col = lambda a, kernel, stride, padding: None
+
+
+# ----- single layers -----------------------------------------------------------------------
+def needle_layer(c_in, c_out, k, s, h):
+    np.random.seed(0)
+    layer = ndl.nn.Conv(c_in, c_out, k, stride=s)
+    x = ndl.Tensor(np.random.rand(BATCH, c_in, h, h).astype(np.float32), requires_grad=True)
+
+    def run():
+        layer.weight.grad = layer.bias.grad = x.grad = None
+        out = layer(x)
+        out.backward(ndl.ones_like(out))
+    return run
+
+
+def torch_layer(c_in, c_out, k, s, h):
+    import torch
+
+    layer = torch.nn.Conv2d(c_in, c_out, k, stride=s, padding=k // 2)
+    x = torch.rand(BATCH, c_in, h, h, requires_grad=True)
+
+    def run():
+        layer.zero_grad(set_to_none=True)
+        x.grad = None
+        out = layer(x)
+        out.backward(torch.ones_like(out))
+    return run
+
+
+def median_ms(fns: dict, rounds: int) -> dict[str, float]:
+    """Median milliseconds of each callable, calls interleaved round by round."""
+    for f in fns.values():
+        f()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, f in fns.items():
+            start = time.perf_counter()
+            f()
+            times[name].append(time.perf_counter() - start)
+    return {name: 1e3 * float(np.median(t)) for name, t in times.items()}
+
+
+# ----- one ResNet9 step --------------------------------------------------------------------
+def needle_step(portable: bool):
+    from needle.apps.models import ResNet9
+
+    if portable:
+        use_portable_gather()
+    np.random.seed(0)
+    model = ResNet9()
+    opt = ndl.optim.SGD(model.parameters(), lr=0.01)
+    loss_fn = ndl.nn.SoftmaxLoss()
+    rng = np.random.default_rng(0)
+    X = ndl.Tensor(rng.random((BATCH, 3, 32, 32), dtype=np.float32), requires_grad=False)
+    y = ndl.Tensor(rng.integers(0, 10, BATCH), requires_grad=False)
+    model.train()
+
+    def step():
+        opt.reset_grad()
+        loss = loss_fn(model(X), y)
+        loss.backward()
+        opt.step()
+    return step
+
+
+def torch_step():
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+
+    def conv_bn(a, b, k, s):
+        return nn.Sequential(nn.Conv2d(a, b, k, s, k // 2), nn.BatchNorm2d(b), nn.ReLU())
+
+    class Residual(nn.Module):
+        def __init__(self, fn):
+            super().__init__()
+            self.fn = fn
+
+        def forward(self, x):
+            return self.fn(x) + x
+
+    model = nn.Sequential(
+        conv_bn(3, 16, 7, 4), conv_bn(16, 32, 3, 2),
+        Residual(nn.Sequential(conv_bn(32, 32, 3, 1), conv_bn(32, 32, 3, 1))),
+        conv_bn(32, 64, 3, 2), conv_bn(64, 128, 3, 2),
+        Residual(nn.Sequential(conv_bn(128, 128, 3, 1), conv_bn(128, 128, 3, 1))),
+        nn.Flatten(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    X = torch.rand(BATCH, 3, 32, 32)
+    y = torch.randint(0, 10, (BATCH,))
+    model.train()
+
+    def step():
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(X), y)
+        loss.backward()
+        opt.step()
+    return step
+
+
+def one_process(which: str, steps: int, threads: int | None) -> dict:
+    """Time `steps` ResNet9 steps of one framework in this (fresh) process."""
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    step = torch_step() if which == "pytorch" else needle_step(which == "needle-portable")
+    reset_peak_rss()
+    before = rss_mb()  # model, optimizer and batch built; no step taken yet
+    step()
+    step()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return {"ms": 1e3 * float(np.median(times)), "peak_mb": peak_rss_mb() - before}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=20, help="timed ResNet9 steps per round")
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds of processes")
+    p.add_argument("--layer-rounds", type=int, default=15)
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    p.add_argument("--one", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.one:
+        print(json.dumps(one_process(args.one, args.steps, args.threads)))
+        return
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"numpy {np.__version__}, torch {torch.__version__} "
+          f"({torch.get_num_threads()} threads), {os.cpu_count()} cpus")
+    print("\nforward+backward of one conv layer, batch 128 (median ms):")
+    print(f"{'layer (in, out, k, stride, HxW)':34s} {'needle':>8s} {'portable':>9s} "
+          f"{'pytorch':>8s} {'ratio':>6s}")
+    for shape in LAYERS:
+        fast = needle_layer(*shape)
+        ms = median_ms({"needle": fast, "pytorch": torch_layer(*shape)}, args.layer_rounds)
+        saved = ndl.cpu().im2col
+        use_portable_gather()
+        ms["portable"] = median_ms({"p": needle_layer(*shape)}, args.layer_rounds)["p"]
+        ndl.cpu().im2col = saved
+        print(f"{str(shape):34s} {ms['needle']:8.2f} {ms['portable']:9.2f} "
+              f"{ms['pytorch']:8.2f} {ms['needle'] / ms['pytorch']:6.2f}")
+    del ndl.cpu().__dict__["im2col"]
+
+    print(f"\nResNet9 training step, batch {BATCH}, SGD ({args.rounds} rounds of "
+          f"{args.steps} steps, each framework in a fresh process):")
+    results: dict[str, list[dict]] = {"needle": [], "needle-portable": [], "pytorch": []}
+    for _ in range(args.rounds):
+        for which in results:
+            cmd = [sys.executable, __file__, "--one", which, "--steps", str(args.steps)]
+            if args.threads:
+                cmd += ["--threads", str(args.threads)]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+            results[which].append(json.loads(out.strip().splitlines()[-1]))
+    base = float(np.median([r["ms"] for r in results["pytorch"]]))
+    for which, rs in results.items():
+        ms = float(np.median([r["ms"] for r in rs]))
+        peak = max(r["peak_mb"] for r in rs)
+        print(f"  {which:16s} {ms:8.1f} ms/step  {ms / base:5.2f}x pytorch  "
+              f"step peak +{peak:.0f} MB")
+
+
+if __name__ == "__main__":
+    main()
