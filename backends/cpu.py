@@ -9,9 +9,45 @@ import numpy as np
 
 from .device import NUMERIC_KINDS, Device
 
+_ONES: dict[np.dtype, np.ndarray] = {}  # the longest vector of ones used yet, per dtype
+_GEMV_ROWS = 2048  # below this many summed rows the ufunc is as fast
+
+
+def _leading(axis: Any, ndim: int) -> int:
+    """k when `axis` names exactly the first k axes (0 < k < ndim), else 0."""
+    if axis.__class__ is int:
+        axis = (axis,)
+    elif axis.__class__ is not tuple:
+        return 0
+    k = len(axis)
+    if 0 < k < ndim and sorted(a % ndim if -ndim <= a < ndim else -1 for a in axis) == list(
+            range(k)):
+        return k
+    return 0
+
 
 def _sum(x, /, *, axis=None, dtype=None, keepdims=False):
-    """The standard's sum, straight to the ufunc (np.sum adds microseconds of Python)."""
+    """The standard's sum, straight to the ufunc (np.sum adds microseconds of Python).
+
+    A float sum over the leading axes of a C-contiguous array (batch statistics and bias
+    gradients: many rows, few columns) is a BLAS matrix-vector product with ones instead:
+    numpy's reduction over the outer axis runs its inner loop over the short rows, over ten
+    times slower at (78400, 16).
+    """
+    if (axis is not None and dtype is None and x.__class__ is np.ndarray
+            and x.dtype.kind == "f" and x.flags.c_contiguous):
+        k = _leading(axis, x.ndim)
+        if k:
+            shape = x.shape
+            rows = 1
+            for n in shape[:k]:
+                rows *= n
+            if rows >= _GEMV_ROWS:
+                ones = _ONES.get(x.dtype)
+                if ones is None or ones.shape[0] < rows:
+                    ones = _ONES[x.dtype] = np.ones(rows, dtype=x.dtype)
+                out = ones[:rows] @ x.reshape(rows, -1)
+                return out.reshape(((1,) * k if keepdims else ()) + shape[k:])
     return np.add.reduce(x, axis=axis, dtype=dtype, keepdims=keepdims)
 
 

@@ -402,3 +402,90 @@ def test_module_runs_as_a_script(tmp_path):
     out = subprocess.run([sys.executable, "-m", "needle.apps.train", "--help"], check=True,
                          capture_output=True, text=True, cwd=tmp_path)
     assert "--checkpoint" in out.stdout and "--resume" in out.stdout
+
+
+# ----- --model cnn and --model resnet9 ----------------------------------------------------------
+
+
+@pytest.fixture
+def cnn(tiny) -> list[str]:
+    """A cnn run on the tiny MNIST folder (a second an epoch at most)."""
+    return ["--model", "cnn", "--data-dir", str(tiny), "--batch-size", str(BATCH), "--quiet"]
+
+
+def test_cnn_trains_checkpoints_and_resumes_bit_for_bit(cnn, tmp_path, capsys):
+    whole, part = tmp_path / "whole.npz", tmp_path / "part.npz"
+    assert train.main([*cnn, "--epochs", "2", "--checkpoint", str(whole)]) == 0
+    assert capsys.readouterr().out.startswith("final: test accuracy")
+    assert train.main([*cnn, "--epochs", "2", "--stop-after", "1",
+                       "--checkpoint", str(part)]) == 0
+    assert train.main(["--resume", str(part), "--quiet"]) == 0  # the model comes from FILE
+    a, b = ndl.load(whole), ndl.load(part)
+    assert a["config"]["model"] == b["config"]["model"] == "cnn"
+    assert a["config"]["lr"] == 0.003  # the cnn's own default
+    assert any(name.endswith("conv.weight") or ".weight" in name and value.ndim == 4
+               for name, value in a["model"].items())
+    assert_same_state(a, b)
+
+
+def test_cnn_header_names_the_model(cnn, capsys):
+    argv = [a for a in cnn if a != "--quiet"]
+    assert train.main([*argv, "--epochs", "1"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("needle-train: MNISTConvNet on MNIST, 120 training / 60 test")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--model", "cnn", "--hidden-dim", "8"], "--hidden-dim applies to --model mlp only, not cnn"),
+    (["--model", "resnet9"], "--model resnet9 trains on CIFAR-10, which is not built in: pass "
+                             "--data-dir DIR"),
+    (["--model", "resnet9", "--data-dir", "{tmp}"],
+     "--data-dir {tmp}: CIFAR-10 batch file(s) not found: {tmp}/data_batch_1"),
+    (["--model", "vgg"], "invalid choice: 'vgg'"),
+])
+def test_model_usage_errors(argv, message, tmp_path, capsys):
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    err = usage_error([*argv, "--quiet"], capsys)
+    assert message.replace("{tmp}", str(tmp_path)) in err, err
+
+
+def test_resume_with_another_model_is_a_usage_error(fast, tmp_path, capsys):
+    ck = fake_checkpoint(tmp_path / "ck.npz", model="cnn")
+    err = usage_error(["--resume", str(ck), "--model", "mlp", "--quiet"], capsys)
+    assert "was trained with --model cnn (this run asks for mlp)" in err
+
+
+def test_checkpoint_from_before_model_existed_resumes_as_mlp(fast, tmp_path, capsys):
+    ck = tmp_path / "ck.npz"
+    assert train.main([*fast, "--epochs", "2", "--stop-after", "1",
+                       "--checkpoint", str(ck)]) == 0
+    state = ndl.load(ck)
+    del state["config"]["model"]  # the layout of checkpoints written before --model
+    ndl.save(state, ck)
+    assert train.main(["--resume", str(ck), "--quiet"]) == 0
+    assert ndl.load(ck)["config"]["model"] == "mlp" and ndl.load(ck)["epoch"] == 2
+
+
+def write_cifar(folder: Path, per_batch: int = 4) -> Path:
+    """CIFAR-10's python-version batches with a few random images each."""
+    import pickle
+
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for name in [f"data_batch_{k}" for k in range(1, 6)] + ["test_batch"]:
+        batch = {b"batch_label": name.encode(), b"labels": rng.integers(0, 10, per_batch).tolist(),
+                 b"data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8),
+                 b"filenames": [b"x.png"] * per_batch}
+        with open(folder / name, "wb") as f:
+            pickle.dump(batch, f, protocol=2)
+    return folder
+
+
+def test_resnet9_trains_on_a_cifar_folder(tmp_path, capsys):
+    data = write_cifar(tmp_path / "cifar-10-batches-py")
+    assert train.main(["--model", "resnet9", "--data-dir", str(data), "--epochs", "1",
+                       "--batch-size", "10", "--checkpoint", str(tmp_path / "ck.npz")]) == 0
+    out = capsys.readouterr().out
+    assert "ResNet9 on CIFAR-10, 20 training / 4 test images" in out
+    assert out.splitlines()[-1].startswith("final: test accuracy")
+    assert ndl.load(tmp_path / "ck.npz")["config"]["augment"] == 4

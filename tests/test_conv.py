@@ -265,3 +265,36 @@ def test_batchnorm2d_matches_pytorch_in_train_and_eval(device):
                                ((x - bn.running_mean.numpy()[:, None, None])
                                 / np.sqrt(bn.running_var.numpy()[:, None, None] + 1e-5)),
                                atol=1e-10)
+
+
+def test_one_conv_op_used_twice_keeps_each_nodes_windows_apart(device):
+    # Conv keeps the forward's windows for the weight gradient; a second call of the same op
+    # instance must not hand the first node the second input's windows
+    rng = np.random.default_rng(7)
+    a1, a2 = rng.standard_normal((1, 4, 4, 2)), rng.standard_normal((1, 4, 4, 2))
+    b = rng.standard_normal((3, 3, 2, 2))
+    op = ndl.ops.Conv(1, 1)
+    w = tensor(b, device)
+    out1 = op(tensor(a1, device), w)
+    op(tensor(a2, device), w)
+    out1.sum().backward()
+    ref = tensor(b, device)
+    ndl.conv(tensor(a1, device), ref, 1, 1).sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), ref.grad.numpy(), atol=1e-12)
+
+
+@pytest.mark.parametrize("shape,axis,keepdims", [
+    ((300, 14, 16), (0, 1), False), ((300, 14, 16), (0, 1), True), ((5000, 8), 0, False),
+    ((5000, 8), (0,), True), ((40, 60, 3), (1, 0), False), ((40, 60, 3), (-3, -2), False),
+    ((40, 60, 3), (1, 2), False), ((40, 60, 3), None, False), ((4000, 3), 1, False),
+])
+def test_cpu_sum_over_leading_axes_matches_numpy(shape, axis, keepdims):
+    # the cpu device sums many short rows with a matrix-vector product: same results
+    from needle.backends.cpu import _sum
+
+    x = np.random.default_rng(8).random(shape).astype(np.float32)
+    for array in (x, x.astype(np.float64), np.asfortranarray(x)):
+        got = _sum(array, axis=axis, keepdims=keepdims)
+        ref = np.sum(array.astype(np.float64), axis=axis, keepdims=keepdims)
+        assert got.shape == ref.shape and got.dtype == array.dtype
+        np.testing.assert_allclose(got, ref, rtol=1e-5)

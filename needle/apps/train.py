@@ -1,6 +1,9 @@
-"""`needle-train`: train the course's MLPResNet on MNIST (built in, or a full download).
+"""`needle-train`: train the course's MLPResNet, a small conv net or ResNet9.
 
-    needle-train                        # built-in data: 5k training images, official 10k test
+    needle-train                        # MLPResNet on the built-in MNIST: 5k training images,
+                                        # the official 10k test images
+    needle-train --model cnn            # a conv net on the same data
+    needle-train --model resnet9 --data-dir cifar-10-batches-py   # a CIFAR-10 copy of yours
     needle-train --device strict --epochs 2 --quiet
     needle-train --checkpoint run.npz   # saved after every epoch; --resume run.npz continues
 
@@ -24,10 +27,14 @@ from tqdm import tqdm
 
 import needle as ndl
 from needle.apps.mlp_resnet import MLPResNet, NonFiniteLoss, run_epoch
+from needle.apps.mnist_cnn import MNISTConvNet
+from needle.apps.models import ResNet9
 from needle.backends import Device
 from needle.data import (
     MNIST_FILES,
+    CIFAR10Dataset,
     DataLoader,
+    Dataset,
     MNISTDataset,
     builtin_mnist_dir,
     find_mnist_files,
@@ -39,9 +46,17 @@ OPTIMIZERS = {"adam": ndl.optim.Adam, "sgd": ndl.optim.SGD}
 SCHEDULES = ("cosine", "constant")
 # the settings of a run: stored in its checkpoints; a resumed run must agree (but --epochs)
 SETTINGS: dict[str, Any] = {
-    "epochs": 20, "batch_size": 100, "optimizer": "adam", "lr": 0.001, "weight_decay": 0.001,
-    "momentum": 0.0, "hidden_dim": 256, "schedule": "cosine", "augment": 2, "seed": 0,
+    "model": "mlp", "epochs": 20, "batch_size": 100, "optimizer": "adam", "lr": 0.001,
+    "weight_decay": 0.001, "momentum": 0.0, "hidden_dim": 256, "schedule": "cosine",
+    "augment": 2, "seed": 0,
 }
+# each model's own defaults, over SETTINGS; the data set a model trains on
+MODELS: dict[str, dict[str, Any]] = {
+    "mlp": {},
+    "cnn": {"epochs": 15, "lr": 0.003},
+    "resnet9": {"epochs": 10, "augment": 4},
+}
+DATASETS = {"mlp": "MNIST", "cnn": "MNIST", "resnet9": "CIFAR-10"}
 # where a run computes and finds its data: stored too, but a resumed run may change them
 PLACES: dict[str, Any] = {"device": "cpu", "data_dir": None}
 
@@ -50,36 +65,50 @@ def _flag(key: str) -> str:
     return "--" + key.replace("_", "-")
 
 
+def _defaults_text(key: str) -> str:
+    """A setting's default, and the models whose own default differs, for --help."""
+    others = [f"{v[key]} for {m}" for m, v in MODELS.items() if key in v]
+    return ", ".join([str(SETTINGS[key])] + others)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line of needle-train; settings default to None (filled in by `setup`)."""
     d = {**SETTINGS, **PLACES}
     p = argparse.ArgumentParser(
         prog="needle-train",
-        description="Train needle's MLPResNet on MNIST and report test accuracy.",
+        description="Train the course's MLPResNet (default) or a conv net on MNIST, or "
+                    "ResNet9 on CIFAR-10, and report test accuracy.",
         epilog="With --resume, settings left out are the stored run's; settings given must "
                "agree with it, except --epochs (which may extend the run), --device and "
                "--data-dir. Exit status: 0 done, 1 nan/inf loss or a failed checkpoint "
                "write, 2 usage or data error, 130 interrupted.")
     add = p.add_argument
+    add("--model", choices=sorted(MODELS),
+        help="mlp: the course's MLPResNet on MNIST; cnn: conv-BN-ReLU-pool blocks on MNIST; "
+             "resnet9: the course's ResNet9 on CIFAR-10, which needs --data-dir "
+             f"(default: {d['model']})")
     add("--device", choices=sorted(DEVICES), help=f"where to compute (default: {d['device']})")
     add("--data-dir", type=Path,
-        help="folder with the four MNIST files, gzipped or not (default: the built-in set)")
-    add("--epochs", type=int, help=f"training epochs in all (default: {d['epochs']})")
+        help="MNIST: folder with the four MNIST files, gzipped or not (default: the built-in "
+             "set); CIFAR-10: the cifar-10-batches-py folder of the python version (required)")
+    add("--epochs", type=int, help="training epochs in all (default: "
+                                   f"{_defaults_text('epochs')})")
     add("--batch-size", type=int, help=f"batch size (default: {d['batch_size']})")
     add("--optimizer", choices=sorted(OPTIMIZERS),
         help=f"the update rule (default: {d['optimizer']})")
     add("--lr", type=float, help=f"learning rate, the peak of the schedule "
-                                 f"(default: {d['lr']})")
+                                 f"(default: {_defaults_text('lr')})")
     add("--weight-decay", type=float, help=f"L2 weight decay (default: {d['weight_decay']})")
     add("--momentum", type=float, help="SGD momentum in [0, 1), the course's u = m u + (1-m) g;"
                                        f" sgd only (default: {d['momentum']})")
-    add("--hidden-dim", type=int, help=f"width of the residual MLP (default: {d['hidden_dim']})")
+    add("--hidden-dim", type=int, help=f"width of the residual MLP; mlp only "
+                                       f"(default: {d['hidden_dim']})")
     add("--schedule", choices=SCHEDULES,
         help=f"learning rate over the epochs: cosine decay to 0 or constant "
              f"(default: {d['schedule']})")
     add("--augment", type=int, metavar="PIXELS",
-        help=f"random shifts of up to PIXELS for training images, 0: off "
-             f"(default: {d['augment']})")
+        help="random shifts of up to PIXELS for training images (CIFAR-10: and random "
+             f"horizontal flips), 0: off (default: {_defaults_text('augment')})")
     add("--seed", type=int, help=f"numpy seed for weights, shuffling, dropout and shifts "
                                  f"(default: {d['seed']})")
     add("--checkpoint", type=Path, metavar="FILE",
@@ -148,9 +177,14 @@ def setup(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Run:
 
 
 def _model(cfg: dict[str, Any], device: Device) -> tuple[ndl.nn.Module, ndl.optim.Optimizer]:
-    """A fresh MLPResNet (weights drawn after seeding numpy) and its optimizer."""
+    """A fresh model (weights drawn after seeding numpy) and its optimizer."""
     np.random.seed(cfg["seed"])
-    model = MLPResNet(784, cfg["hidden_dim"], device=device)
+    if cfg["model"] == "cnn":
+        model = MNISTConvNet(device=device)
+    elif cfg["model"] == "resnet9":
+        model = ResNet9(device=device)
+    else:
+        model = MLPResNet(784, cfg["hidden_dim"], device=device)
     momentum = {"momentum": cfg["momentum"]} if cfg["optimizer"] == "sgd" else {}
     opt = OPTIMIZERS[cfg["optimizer"]](model.parameters(), lr=cfg["lr"],
                                        weight_decay=cfg["weight_decay"], **momentum)
@@ -167,6 +201,8 @@ def _read_checkpoint(parser: argparse.ArgumentParser, path: Path) -> dict:
              "seconds": float}
     if not isinstance(ck, dict):
         parser.error(f"--resume: {path} is not a needle-train checkpoint")
+    if isinstance(ck.get("config"), dict):
+        ck["config"].setdefault("model", "mlp")  # written before --model existed
     bad = [k for k, kind in kinds.items() if type(ck.get(k)) is not kind]
     if not bad:
         expected = {**{k: (type(v),) for k, v in SETTINGS.items()}, "device": (str,),
@@ -184,7 +220,12 @@ def _resolve(parser: argparse.ArgumentParser, args: argparse.Namespace,
     """Every setting: given on the command line, else stored in the checkpoint, else default."""
     config, clashes = {}, []
     saved = stored["config"] if stored else {}
-    for key, default in {**SETTINGS, **PLACES}.items():
+    model = args.model or saved.get("model", SETTINGS["model"])
+    if model not in MODELS:  # only a stored value can get here
+        parser.error(f"--model: unknown {model!r}, choose from {sorted(MODELS)}")
+    if args.hidden_dim is not None and model != "mlp":
+        parser.error(f"--hidden-dim applies to --model mlp only, not {model}")
+    for key, default in {**SETTINGS, **MODELS[model], **PLACES}.items():
         given = getattr(args, key)
         if isinstance(given, Path):
             given = str(given.resolve())
@@ -225,7 +266,7 @@ def _validate(parser: argparse.ArgumentParser, cfg: dict[str, Any],
     if not 0 <= cfg["seed"] < 2**32:
         parser.error(f"--seed must lie in [0, 2**32), got {cfg['seed']}")
     for key, choices in (("device", DEVICES), ("optimizer", OPTIMIZERS),
-                         ("schedule", SCHEDULES)):
+                         ("schedule", SCHEDULES), ("model", MODELS)):
         if cfg[key] not in choices:  # only a stored value can get here
             parser.error(f"{_flag(key)}: unknown {cfg[key]!r}, choose from {sorted(choices)}")
 
@@ -246,8 +287,10 @@ def _check_writable(parser: argparse.ArgumentParser, flag: str, path: Path) -> N
 
 
 def _datasets(parser: argparse.ArgumentParser,
-              cfg: dict[str, Any]) -> tuple[MNISTDataset, MNISTDataset]:
+              cfg: dict[str, Any]) -> tuple[Dataset, Dataset]:
     """The training set (with the random shifts) and the test set; bad files are usage errors."""
+    if cfg["model"] == "resnet9":
+        return _cifar10(parser, cfg)
     where = f"--data-dir {cfg['data_dir']}" if cfg["data_dir"] else "the built-in MNIST set"
     augment = [transforms.RandomCrop(cfg["augment"])] if cfg["augment"] else None
     try:
@@ -257,6 +300,22 @@ def _datasets(parser: argparse.ArgumentParser,
                 MNISTDataset(paths[2], paths[3]))
     except (OSError, ValueError) as e:
         parser.error(f"{where}: {e}")
+
+
+def _cifar10(parser: argparse.ArgumentParser,
+             cfg: dict[str, Any]) -> tuple[CIFAR10Dataset, CIFAR10Dataset]:
+    """CIFAR-10 from --data-dir (not built in), with random flips and shifts for training."""
+    if not cfg["data_dir"]:
+        parser.error("--model resnet9 trains on CIFAR-10, which is not built in: pass "
+                     "--data-dir DIR, the cifar-10-batches-py folder of the python version "
+                     "(https://www.cs.toronto.edu/~kriz/cifar.html)")
+    augment = ([transforms.RandomFlipHorizontal(), transforms.RandomCrop(cfg["augment"])]
+               if cfg["augment"] else None)
+    try:
+        return (CIFAR10Dataset(cfg["data_dir"], train=True, transforms=augment),
+                CIFAR10Dataset(cfg["data_dir"], train=False))
+    except (OSError, ValueError) as e:
+        parser.error(f"--data-dir {cfg['data_dir']}: {e}")
 
 
 def _rng_state() -> dict:
@@ -291,7 +350,9 @@ def train(run: Run, progress: dict[str, int] | None = None) -> dict[str, Any]:
     end = cfg["epochs"] if run.stop_after is None else min(cfg["epochs"],
                                                            run.start + run.stop_after)
     say = (lambda *a: None) if run.quiet else print
-    say(f"needle-train: MLPResNet(hidden {cfg['hidden_dim']}) on "
+    name = {"mlp": f"MLPResNet(hidden {cfg['hidden_dim']})", "cnn": "MNISTConvNet",
+            "resnet9": "ResNet9"}[cfg["model"]]
+    say(f"needle-train: {name} on {DATASETS[cfg['model']]}, "
         f"{len(run.train_loader.dataset)} training / {len(run.test_loader.dataset)} test "
         f"images, {cfg['optimizer']} lr {cfg['lr']}, device {run.device}"
         + (f", resuming {run.resume} after epoch {run.start}" if run.resume else ""))

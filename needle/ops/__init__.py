@@ -7,7 +7,7 @@ from .elementwise import (
     divide, divide_scalar, exp, log, mul_scalar, multiply, negate, power,
     power_scalar, relu, rpower_scalar, sigmoid, tanh,
 )
-from .conv import Col2Im, Conv, Im2Col, Pad, conv, im2col, pad
+from .conv import Col2Im, Conv, Im2Col, Pad, Taps, conv, im2col, pad
 from .linalg import MatMul, matmul
 from .movement import (
     BroadcastTo, Dilate, Flip, GetItem, Permute, Reshape, ScatterItem, SumToShape, Transpose,
@@ -38,7 +38,7 @@ __all__ = [
     "FusedAddScalars", "MakeTensorTuple", "Split", "Stack", "TupleGetItem",
     "fused_add_scalars", "make_tuple", "split", "stack", "tuple_get_item", "as_scalar",
     "Normalize", "NormalizeGrad", "normalize",
-    "Conv", "Im2Col", "Col2Im", "Pad", "conv", "im2col", "pad",
+    "Conv", "Im2Col", "Col2Im", "Taps", "Pad", "conv", "im2col", "pad",
     "AvgPool2dOp", "Fold2d", "MaxPool2dOp", "Unfold2d", "avg_pool2d", "fold2d",
     "max_pool2d", "unfold2d",
 ]

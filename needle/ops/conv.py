@@ -5,10 +5,13 @@ with the weights in one matmul. Its gradient is made of needle ops, so second or
 
     d weight = im2col(a)^T @ g          d a = col2im(g @ weight^T)
 
-`Im2Col` gathers the windows (its adjoint `Col2Im` adds them back, and the other way round).
+`Im2Col` gathers the windows row by row, (N, Ho, Wo, K*K*C), for the forward matmul; `Taps`
+gathers them tap-major, (K*K, N, Ho, Wo, C); `Col2Im` adds tap-major windows back into the
+input, the adjoint of both. The input's gradient comes out of one batched matmul already
+tap-major, so each of Col2Im's K*K additions moves one contiguous block.
 The portable gather zero-pads (`array_api_extra.pad`) and stacks the K×K shifted strided
-slices (basic slicing only); a device may supply a faster gather (`Device.im2col`), which
-must agree with the portable one (the tests check it).
+slices (basic slicing only); a device may supply a faster row-major gather (`Device.im2col`),
+which must agree with the portable one (the tests check it).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import operator
 from ..autograd import Tensor, TensorOp
 from ..backends import device_of, namespace
 from .linalg import MatMul
-from .movement import GetItem, reshape
+from .movement import GetItem, permute, reshape
 
 
 def _int(op: str, name: str, value, low: int) -> int:
@@ -110,10 +113,21 @@ def im2col_array(a, kernel: tuple[int, int], stride: int, padding: int, portable
     return im2col_portable(a, kernel, stride, padding)
 
 
-def _check_nhwc(op: str, a) -> None:
-    if a.ndim != 4:
-        raise ValueError(f"{op}: expected an NHWC input with 4 dimensions, found shape "
-                         f"{tuple(a.shape)}")
+def _kernel(op: str, kernel) -> tuple[int, int]:
+    """A (kh, kw) pair of ints >= 1."""
+    if not isinstance(kernel, (tuple, list)) or len(kernel) != 2:
+        raise TypeError(f"{op}: kernel must be a (kh, kw) pair, got {kernel!r}")
+    return (_int(op, "kernel size", kernel[0], 1), _int(op, "kernel size", kernel[1], 1))
+
+
+def _check_windows(op: str, a, kernel, stride: int, padding: int) -> tuple:
+    """The NHWC shape of `a`, checked to be 4-D and to hold at least one window."""
+    shape = tuple(a.shape)
+    if len(shape) != 4:
+        raise ValueError(f"{op}: expected an NHWC input with 4 dimensions, found shape {shape}")
+    for size, k in zip(shape[1:3], kernel):
+        _out_size(op, size, k, stride, padding, shape, kernel)
+    return shape
 
 
 class Im2Col(TensorOp):
@@ -121,8 +135,7 @@ class Im2Col(TensorOp):
 
     def __init__(self, kernel: tuple[int, int], stride: int = 1, padding: int = 0,
                  saved: tuple | None = None):
-        self.kernel = (_int("im2col", "kernel size", kernel[0], 1),
-                       _int("im2col", "kernel size", kernel[1], 1))
+        self.kernel = _kernel("im2col", kernel)
         self.stride = _int("im2col", "stride", stride, 1)
         self.padding = _int("im2col", "padding", padding, 0)
         self._saved = saved  # (input, its windows) that a Conv already gathered
@@ -131,40 +144,62 @@ class Im2Col(TensorOp):
         saved, self._saved = self._saved, None
         if saved is not None and saved[0] is a:
             return saved[1]
-        _check_nhwc("im2col", a)
-        n, h, w, c = a.shape
-        for size, k in zip((h, w), self.kernel):
-            _out_size("im2col", size, k, self.stride, self.padding, tuple(a.shape), self.kernel)
+        _check_windows("im2col", a, self.kernel, self.stride, self.padding)
         return im2col_array(a, self.kernel, self.stride, self.padding)
+
+    def gradient(self, out_grad, node):
+        n, ho, wo, _ = out_grad.shape
+        taps = reshape(out_grad, (n, ho, wo, self.kernel[0] * self.kernel[1], -1))
+        return Col2Im(node.inputs[0].shape, self.kernel, self.stride, self.padding)(
+            permute(taps, (3, 0, 1, 2, 4)))
+
+
+class Taps(TensorOp):
+    """(N, H, W, C) -> (kh*kw, N, Ho, Wo, C): the windows tap-major, one slice per offset."""
+
+    def __init__(self, kernel: tuple[int, int], stride: int = 1, padding: int = 0):
+        self.kernel = _kernel("taps", kernel)
+        self.stride = _int("taps", "stride", stride, 1)
+        self.padding = _int("taps", "padding", padding, 0)
+
+    def compute(self, a):
+        n, h, w, c = _check_windows("taps", a, self.kernel, self.stride, self.padding)
+        p = self.padding
+        a = pad_array(a, ((0, 0), (p, p), (p, p), (0, 0)))
+        out_hw = ((h + 2 * p - self.kernel[0]) // self.stride + 1,
+                  (w + 2 * p - self.kernel[1]) // self.stride + 1)
+        return namespace(a).stack(
+            [a[ix] for ix in _window_slices(self.kernel, self.stride, out_hw)], axis=0)
 
     def gradient(self, out_grad, node):
         return Col2Im(node.inputs[0].shape, self.kernel, self.stride, self.padding)(out_grad)
 
 
 class Col2Im(TensorOp):
-    """The adjoint of Im2Col: every window's entries added back into an (N, H, W, C) input."""
+    """The adjoint of the window gathers: tap-major windows (kh*kw, N, Ho, Wo, C) added back
+    into an (N, H, W, C) input."""
 
     def __init__(self, shape: tuple, kernel: tuple[int, int], stride: int, padding: int):
         self.shape = tuple(shape)
-        self.kernel = tuple(kernel)
-        self.stride = stride
-        self.padding = padding
+        self.kernel = _kernel("col2im", kernel)
+        self.stride = _int("col2im", "stride", stride, 1)
+        self.padding = _int("col2im", "padding", padding, 0)
 
-    def compute(self, cols):
-        xp = namespace(cols)
+    def compute(self, taps):
+        xp = namespace(taps)
         n, h, w, c = self.shape
-        (kh, kw), p = self.kernel, self.padding
-        ho, wo = cols.shape[1], cols.shape[2]
-        cols = xp.reshape(cols, (n, ho, wo, kh * kw, c))
-        out = xp.zeros((n, h + 2 * p, w + 2 * p, c), dtype=cols.dtype, device=cols.device)
+        p = self.padding
+        ho, wo = taps.shape[2], taps.shape[3]
+        out = xp.zeros((n, h + 2 * p, w + 2 * p, c), dtype=taps.dtype, device=taps.device)
         # slice assignment: numpy, cupy and array-api-strict allow it (immutable arrays, jax,
-        # will need a device kernel); windows overlap, so the taps are added one at a time
+        # will need a device kernel); windows overlap, so the taps are added one at a time,
+        # each a contiguous block when `taps` is (the conv gradient's batched matmul makes it)
         for t, ix in enumerate(_window_slices(self.kernel, self.stride, (ho, wo))):
-            out[ix] += cols[:, :, :, t, :]
+            out[ix] += taps[t, ...]
         return out[:, p:p + h, p:p + w, :] if p else out
 
     def gradient(self, out_grad, node):
-        return Im2Col(self.kernel, self.stride, self.padding)(out_grad)
+        return Taps(self.kernel, self.stride, self.padding)(out_grad)
 
 
 class Conv(TensorOp):
@@ -206,9 +241,12 @@ class Conv(TensorOp):
         g = reshape(out_grad, (n * ho * wo, c_out))
         grad_a = grad_b = None
         if a.requires_grad:
-            cols = MatMul(transpose_b=True)(g, reshape(b, (depth, c_out)))
+            # one batched matmul straight into tap-major windows (kh*kw, M, C_in), whose
+            # per-tap blocks Col2Im adds fast: g (1, M, C_out) @ b[t]^T (C_out, C_in)
+            taps = MatMul(transpose_b=True)(reshape(out_grad, (1, n * ho * wo, c_out)),
+                                            reshape(b, (kh * kw, c_in, c_out)))
             grad_a = Col2Im(a.shape, (kh, kw), self.stride, self.padding)(
-                reshape(cols, (n, ho, wo, depth)))
+                reshape(taps, (kh * kw, n, ho, wo, c_in)))
         if b.requires_grad:
             saved, self._saved = self._saved, None
             cols = Im2Col((kh, kw), self.stride, self.padding, saved)(a)
