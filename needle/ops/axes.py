@@ -56,3 +56,14 @@ def _checked_axes(op: str, axes: Any, shape: tuple) -> tuple[int, ...]:
     if len(set(out)) != len(out):
         raise ValueError(f"{op}: repeated axis in {tuple(axes)} for shape {shape}")
     return out
+
+
+def int_at_least(op: str, name: str, value: Any, low: int) -> int:
+    """An int argument (kernel size, stride, padding, dilation) >= `low`: TypeError for
+    anything but integers (bools too), ValueError below `low`, each naming `op` and `name`."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(f"{op}: {name} must be an int, got {value!r}")
+    value = operator.index(value)
+    if value < low:
+        raise ValueError(f"{op}: {name} must be >= {low}, got {value}")
+    return value

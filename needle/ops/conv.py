@@ -16,33 +16,19 @@ which must agree with the portable one (the tests check it).
 
 from __future__ import annotations
 
-import operator
-
 from ..autograd import Tensor, TensorOp
 from ..backends import device_of, namespace
+from .axes import int_at_least
 from .linalg import MatMul
 from .movement import GetItem, permute, reshape
 
 
-def _int(op: str, name: str, value, low: int) -> int:
-    """`value` as an int >= low, or a clear error naming the op."""
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise TypeError(f"{op}: {name} must be an int, got {value!r}")
-    value = operator.index(value)
-    if value < low:
-        raise ValueError(f"{op}: {name} must be >= {low}, got {value}")
-    return value
-
-
 def _pad_widths(axes, ndim: int | None = None) -> tuple[tuple[int, int], ...]:
     """`axes` as a tuple of (before, after) pairs of ints >= 0 (one per axis when ndim is given)."""
-    try:
-        pairs = tuple((_int("pad", "a width", b, 0), _int("pad", "a width", e, 0))
-                      for b, e in axes)
-    except (TypeError, ValueError) as err:
-        if isinstance(err, ValueError) and "must be >=" in str(err):
-            raise
-        raise TypeError(f"pad: axes must be (before, after) pairs of ints, got {axes!r}") from None
+    if not isinstance(axes, (tuple, list)) or not all(
+            isinstance(pair, (tuple, list)) and len(pair) == 2 for pair in axes):
+        raise TypeError(f"pad: axes must be (before, after) pairs of ints, got {axes!r}")
+    pairs = tuple(tuple(int_at_least("pad", "a width", w, 0) for w in pair) for pair in axes)
     if ndim is not None and len(pairs) != ndim:
         raise ValueError(f"pad: {len(pairs)} (before, after) pairs for an input of {ndim} "
                          f"dimensions; give one pair per axis")
@@ -117,7 +103,7 @@ def _kernel(op: str, kernel) -> tuple[int, int]:
     """A (kh, kw) pair of ints >= 1."""
     if not isinstance(kernel, (tuple, list)) or len(kernel) != 2:
         raise TypeError(f"{op}: kernel must be a (kh, kw) pair, got {kernel!r}")
-    return (_int(op, "kernel size", kernel[0], 1), _int(op, "kernel size", kernel[1], 1))
+    return tuple(int_at_least(op, "kernel size", k, 1) for k in kernel)
 
 
 def _check_windows(op: str, a, kernel, stride: int, padding: int) -> tuple:
@@ -136,8 +122,8 @@ class Im2Col(TensorOp):
     def __init__(self, kernel: tuple[int, int], stride: int = 1, padding: int = 0,
                  saved: tuple | None = None):
         self.kernel = _kernel("im2col", kernel)
-        self.stride = _int("im2col", "stride", stride, 1)
-        self.padding = _int("im2col", "padding", padding, 0)
+        self.stride = int_at_least("im2col", "stride", stride, 1)
+        self.padding = int_at_least("im2col", "padding", padding, 0)
         self._saved = saved  # (input, its windows) that a Conv already gathered
 
     def compute(self, a):
@@ -159,8 +145,8 @@ class Taps(TensorOp):
 
     def __init__(self, kernel: tuple[int, int], stride: int = 1, padding: int = 0):
         self.kernel = _kernel("taps", kernel)
-        self.stride = _int("taps", "stride", stride, 1)
-        self.padding = _int("taps", "padding", padding, 0)
+        self.stride = int_at_least("taps", "stride", stride, 1)
+        self.padding = int_at_least("taps", "padding", padding, 0)
 
     def compute(self, a):
         n, h, w, c = _check_windows("taps", a, self.kernel, self.stride, self.padding)
@@ -182,8 +168,8 @@ class Col2Im(TensorOp):
     def __init__(self, shape: tuple, kernel: tuple[int, int], stride: int, padding: int):
         self.shape = tuple(shape)
         self.kernel = _kernel("col2im", kernel)
-        self.stride = _int("col2im", "stride", stride, 1)
-        self.padding = _int("col2im", "padding", padding, 0)
+        self.stride = int_at_least("col2im", "stride", stride, 1)
+        self.padding = int_at_least("col2im", "padding", padding, 0)
 
     def compute(self, taps):
         xp = namespace(taps)
@@ -206,8 +192,8 @@ class Conv(TensorOp):
     """2-D cross-correlation of NHWC `a` with (K, K, C_in, C_out) `b`: NHWC out."""
 
     def __init__(self, stride: int = 1, padding: int = 0):
-        self.stride = _int("conv", "stride", stride, 1)
-        self.padding = _int("conv", "padding", padding, 0)
+        self.stride = int_at_least("conv", "stride", stride, 1)
+        self.padding = int_at_least("conv", "padding", padding, 0)
         self._saved = None
 
     def _check(self, a_shape: tuple, b_shape: tuple) -> None:

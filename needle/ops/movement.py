@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import operator
-
 from ..autograd import Tensor, TensorOp
 from ..backends import namespace
-from .axes import freeze_axes, normalize_axes, normalize_axis
+from .axes import freeze_axes, int_at_least, normalize_axes, normalize_axis
 
 
 class Reshape(TensorOp):
@@ -169,12 +167,7 @@ def flip(a: Tensor, axes) -> Tensor:
 
 def _dilation(op: str, dilation) -> int:
     """A dilation: an int >= 0."""
-    if isinstance(dilation, bool) or not hasattr(dilation, "__index__"):
-        raise TypeError(f"{op}: dilation must be an int, got {dilation!r}")
-    dilation = operator.index(dilation)
-    if dilation < 0:
-        raise ValueError(f"{op}: dilation must be >= 0, got {dilation}")
-    return dilation
+    return int_at_least(op, "dilation", dilation, 0)
 
 
 def _interleave_zeros(xp, a, axis: int, d: int):

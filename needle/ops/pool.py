@@ -10,21 +10,15 @@ passes reduce those k*k slices (basic slicing only, no Python loop over pixels),
 
 from __future__ import annotations
 
-import operator
-
 from ..autograd import Tensor, TensorOp
 from ..backends import namespace
+from .axes import int_at_least
 from .movement import broadcast_to, reshape
 
 
 def _positive_int(op: str, name: str, value) -> int:
-    """`value` as an int >= 1: TypeError for non-integers (bools too), ValueError below 1."""
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise TypeError(f"{op}: {name} must be an int, got {value!r} ({type(value).__name__})")
-    value = operator.index(value)
-    if value < 1:
-        raise ValueError(f"{op}: {name} must be >= 1, got {value}")
-    return value
+    """`value` as an int >= 1."""
+    return int_at_least(op, name, value, 1)
 
 
 def _kernel_stride(op: str, kernel_size, stride) -> tuple[int, int]:
