@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from .device import NUMERIC_KINDS, Device
+from .kernels import strided_im2col
 
 _ONES: dict[np.dtype, np.ndarray] = {}  # the longest vector of ones used yet, per dtype
 _GEMV_ROWS = 2048  # below this many summed rows the ufunc is as fast
@@ -56,6 +57,10 @@ def _max(x, /, *, axis=None, keepdims=False):
     return np.maximum.reduce(x, axis=axis, keepdims=keepdims)
 
 
+def _read_only_strided(a: np.ndarray, shape: tuple, strides: tuple) -> np.ndarray:
+    return np.lib.stride_tricks.as_strided(a, shape, strides, writeable=False)
+
+
 def numpy_namespace() -> types.ModuleType:
     """array_api_compat.numpy with `sum`, `max` and `reshape` calling numpy directly.
 
@@ -86,18 +91,7 @@ class CPUDevice(Device):
     def im2col(self, a: np.ndarray, kernel: tuple[int, int], stride: int,
                padding: int) -> np.ndarray:
         """The windows as one zero-copy strided view of the padded input, copied once."""
-        n, h, w, c = a.shape
-        p = padding
-        if p:  # zeros and one slice copy: np.pad costs several times more on small inputs
-            padded = np.zeros((n, h + 2 * p, w + 2 * p, c), dtype=a.dtype)
-            padded[:, p:p + h, p:p + w, :] = a
-            a = padded
-        (kh, kw), s = kernel, stride
-        ho, wo = (h + 2 * p - kh) // s + 1, (w + 2 * p - kw) // s + 1
-        sn, sh, sw, sc = a.strides
-        view = np.lib.stride_tricks.as_strided(
-            a, (n, ho, wo, kh, kw, c), (sn, sh * s, sw * s, sh, sw, sc), writeable=False)
-        return view.reshape(n, ho, wo, kh * kw * c)
+        return strided_im2col(np.zeros, _read_only_strided, a, kernel, stride, padding)
 
     def owns(self, array: Any) -> bool:
         """Numeric and bool numpy arrays (and scalars) live here; str or object ones do not."""

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from .device import Device
+from .kernels import strided_im2col
 
 INSTALL_HINT = "install the GPU extra with `pip install needle[cuda]` (cupy-cuda12x)"
 
@@ -37,6 +38,12 @@ class CUDADevice(Device):
 
         self._cupy = cupy
         return xp, cupy.cuda.Device(self.index)
+
+    def im2col(self, a: Any, kernel: tuple[int, int], stride: int, padding: int) -> Any:
+        """The windows as one strided view of the padded input (cupy's), copied once."""
+        with self._native:
+            return strided_im2col(self._cupy.zeros, self._cupy.lib.stride_tricks.as_strided,
+                                  a, kernel, stride, padding)
 
     def owns(self, array: Any) -> bool:
         """cupy arrays on this GPU live here."""

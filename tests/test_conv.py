@@ -89,6 +89,20 @@ def test_device_gather_agrees_with_the_portable_one(shape, kernel, stride, paddi
         np.testing.assert_array_equal(device.to_numpy(fast), device.to_numpy(portable))
 
 
+def test_the_shared_strided_gather_with_cupys_call_signature_on_numpy():
+    # cuda's gather is this function with cupy's zeros and as_strided (shape and strides
+    # positional, no `writeable`): its logic, run here on numpy
+    from needle.backends.kernels import strided_im2col
+
+    a = np.random.default_rng(9).standard_normal((2, 7, 6, 3))
+    for kernel, stride, padding in [((3, 3), 1, 1), ((5, 5), 2, 2), ((2, 3), 3, 0)]:
+        got = strided_im2col(np.zeros, lambda x, shape, strides: np.lib.stride_tricks.as_strided(
+            x, shape, strides), a, kernel, stride, padding)
+        np.testing.assert_array_equal(got, im2col_array(a, kernel, stride, padding,
+                                                        portable=True))
+    assert ndl.backends.CUDADevice.im2col is not ndl.backends.Device.im2col
+
+
 def test_cpu_has_a_fast_gather_and_the_base_device_none():
     a = np.zeros((1, 4, 4, 1))
     assert ndl.cpu().im2col(a, (3, 3), 1, 1).shape == (1, 4, 4, 9)
