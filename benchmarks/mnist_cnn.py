@@ -3,7 +3,7 @@
 Both train the same net (MNISTConvNet: three Conv3x3-BN-ReLU-MaxPool2 blocks of 16, 32 and
 64 channels, then one Linear) with the same recipe: the built-in 5,000 MNIST training images
 with random shifts of up to 2 pixels (needle's RandomCrop, drawn from numpy in both runs),
-batch 100, Adam (lr 0.003, weight decay 0.001) on a cosine schedule, and a pass over the
+batch 100, Adam (lr 0.01, weight decay 0.001) on a cosine schedule, and a pass over the
 10,000 test images after every epoch. Prints wall time and final test accuracy of each.
 
     python benchmarks/mnist_cnn.py [--epochs 15] [--threads N]
@@ -31,7 +31,8 @@ def needle_run(epochs: int) -> tuple[float, float]:
     return time.perf_counter() - start, 1 - metrics["test_err"]
 
 
-def torch_run(epochs: int, lr: float = 0.003, weight_decay: float = 0.001) -> tuple[float, float]:
+def torch_run(epochs: int, lr: float = train.MODELS["cnn"]["lr"],
+              weight_decay: float = 0.001) -> tuple[float, float]:
     """(seconds, test accuracy) of the same net and recipe in PyTorch."""
     import torch
     from torch import nn

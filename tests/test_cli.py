@@ -422,7 +422,7 @@ def test_cnn_trains_checkpoints_and_resumes_bit_for_bit(cnn, tmp_path, capsys):
     assert train.main(["--resume", str(part), "--quiet"]) == 0  # the model comes from FILE
     a, b = ndl.load(whole), ndl.load(part)
     assert a["config"]["model"] == b["config"]["model"] == "cnn"
-    assert a["config"]["lr"] == 0.003  # the cnn's own default
+    assert a["config"]["lr"] == 0.01  # the cnn's own default
     assert any(name.endswith("conv.weight") or ".weight" in name and value.ndim == 4
                for name, value in a["model"].items())
     assert_same_state(a, b)

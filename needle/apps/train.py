@@ -53,7 +53,10 @@ SETTINGS: dict[str, Any] = {
 # each model's own defaults, over SETTINGS; the data set a model trains on
 MODELS: dict[str, dict[str, Any]] = {
     "mlp": {},
-    "cnn": {"epochs": 15, "lr": 0.003},
+    # lr 0.01: the course's conv init draws weights sqrt(6) times wider than PyTorch's, and
+    # with BatchNorm after each conv that only shrinks Adam's relative steps; on the built-in
+    # set seeds 0, 1, 2 reach 98.86%, 98.89%, 98.75% (lr 0.003: 98.63%, 98.67%, 98.53%)
+    "cnn": {"epochs": 15, "lr": 0.01},
     "resnet9": {"epochs": 10, "augment": 4},
 }
 DATASETS = {"mlp": "MNIST", "cnn": "MNIST", "resnet9": "CIFAR-10"}

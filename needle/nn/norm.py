@@ -41,10 +41,11 @@ class BatchNorm1d(Module):
             raise ValueError(f"{type(self).__name__}: expected {need} per channel {mode}, "
                              f"found input of shape {shape}")
         if not self.training:
-            # the running statistics are constants: fold them into one scale
+            # the running statistics are constants: fold them into one scale and one shift
+            # on the (dim,) vectors, so the batch is passed over twice, as PyTorch does
             inv_std = (self.running_var.realize_cached_data() + self.eps) ** -0.5
-            inv_std = Tensor.make_const(inv_std, device=x.device)
-            return (x - self.running_mean) * (self.weight * inv_std) + self.bias
+            scale = self.weight * Tensor.make_const(inv_std, device=x.device)
+            return x * scale + (self.bias - self.running_mean * scale)
         # one fused node standardises with the batch mean and the biased batch variance
         op = ops.Normalize((0,), self.eps)
         out = op(x)
