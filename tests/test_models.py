@@ -118,13 +118,35 @@ def test_convbn_is_conv_then_batchnorm_then_relu():
 def test_models_and_simple_ml_import_standalone():
     folder = Path(needle.apps.__file__).parent
     code = ("import sys; sys.path.insert(0, sys.argv[1]); "
-            "from models import *; from simple_ml import *; "
+            "from models import *; from simple_ml import *; from mnist_cnn import *; "
             "print(ResNet9.__name__, ConvBN.__name__, epoch_general_cifar10.__name__, "
-            "train_cifar10.__name__, evaluate_cifar10.__name__)")
+            "train_cifar10.__name__, evaluate_cifar10.__name__, MNISTConvNet.__name__)")
     out = subprocess.run([sys.executable, "-c", code, str(folder)], check=True,
                          capture_output=True, text=True, cwd="/")
     assert out.stdout.split() == ["ResNet9", "ConvBN", "epoch_general_cifar10",
-                                  "train_cifar10", "evaluate_cifar10"]
+                                  "train_cifar10", "evaluate_cifar10", "MNISTConvNet"]
+
+
+# ----- MNISTConvNet: needle-train's --model cnn -----------------------------------------------
+
+
+def test_mnist_conv_net_shapes_parameters_and_layers(device):
+    from needle.apps.mnist_cnn import MNISTConvNet
+
+    np.random.seed(0)
+    net = MNISTConvNet(device=device)
+    # three 3x3 ConvBN blocks (16, 32, 64 channels) and Linear(64 * 3 * 3, 10)
+    convs = [(1, 16), (16, 32), (32, 64)]
+    expected = sum(9 * a * b + b + 2 * b for a, b in convs) + 64 * 9 * 10 + 10
+    assert n_params(net) == expected == 29_290
+    x = np.random.rand(5, 784).astype(np.float32)
+    flat = net(ndl.Tensor(x, device=device))
+    nchw = net(ndl.Tensor(x.reshape(5, 1, 28, 28), device=device))
+    assert flat.shape == (5, 10)
+    np.testing.assert_array_equal(flat.numpy(), nchw.numpy())
+    flat.sum().backward()
+    assert all(p.grad is not None for p in net.parameters())
+    assert repr(net).startswith("MNISTConvNet(widths=(16, 32, 64))")
 
 
 # ----- simple_ml: epoch_general_cifar10, train_cifar10, evaluate_cifar10 -----------------------

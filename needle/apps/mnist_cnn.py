@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import needle as ndl
 import needle.nn as nn
+from needle.apps.models import ConvBN
 
 __all__ = ["MNISTConvNet"]
 
@@ -14,7 +15,7 @@ __all__ = ["MNISTConvNet"]
 class MNISTConvNet(nn.Module):
     """(N, 784) or (N, 1, 28, 28) images -> (N, 10) logits.
 
-    One block per width: Conv(3x3) -> BatchNorm2d -> ReLU -> MaxPool2d(2), so 28 -> 14 -> 7
+    One block per width: ConvBN (Conv 3x3 -> BatchNorm2d -> ReLU) -> MaxPool2d(2), so 28 -> 14 -> 7
     -> 3 with the default widths (16, 32, 64); then Flatten and one Linear layer.
     """
 
@@ -25,8 +26,7 @@ class MNISTConvNet(nn.Module):
         layers: list[nn.Module] = []
         channels, size = 1, 28
         for width in self.widths:
-            layers += [nn.Conv(channels, width, 3, device=device, dtype=dtype),
-                       nn.BatchNorm2d(width, device=device, dtype=dtype), nn.ReLU(),
+            layers += [ConvBN(channels, width, 3, 1, device=device, dtype=dtype),
                        nn.MaxPool2d(2)]
             channels, size = width, size // 2
         layers += [nn.Flatten(),
