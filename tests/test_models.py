@@ -146,7 +146,7 @@ def test_mnist_conv_net_shapes_parameters_and_layers(device):
     np.testing.assert_array_equal(flat.numpy(), nchw.numpy())
     flat.sum().backward()
     assert all(p.grad is not None for p in net.parameters())
-    assert repr(net).startswith("MNISTConvNet(widths=(16, 32, 64))")
+    assert repr(net).startswith("MNISTConvNet(widths=(16, 32, 64)")
 
 
 # ----- simple_ml: epoch_general_cifar10, train_cifar10, evaluate_cifar10 -----------------------
