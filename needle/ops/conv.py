@@ -21,6 +21,7 @@ from ..backends import device_of, namespace
 from .axes import int_at_least
 from .linalg import MatMul
 from .movement import GetItem, permute, reshape
+from .windows import add_windows, window_slices
 
 
 def _pad_widths(axes, ndim: int | None = None) -> tuple[tuple[int, int], ...]:
@@ -71,13 +72,6 @@ def _out_size(op: str, size: int, k: int, stride: int, padding: int, shape, kern
     return (span - k) // stride + 1
 
 
-def _window_slices(k: tuple[int, int], stride: int, out_hw: tuple[int, int]):
-    """For each kernel offset (i, j), row-major: the NHWC index of its strided slice."""
-    (kh, kw), (ho, wo), s = k, out_hw, stride
-    return [(slice(None), slice(i, i + s * (ho - 1) + 1, s), slice(j, j + s * (wo - 1) + 1, s),
-             slice(None)) for i in range(kh) for j in range(kw)]
-
-
 def im2col_portable(a, kernel: tuple[int, int], stride: int, padding: int):
     """(N, H, W, C) -> (N, Ho, Wo, kh*kw*C): every window of the zero-padded input, ordered
     (i, j, c), by basic slicing."""
@@ -86,7 +80,8 @@ def im2col_portable(a, kernel: tuple[int, int], stride: int, padding: int):
     n, hp, wp, c = a.shape
     kh, kw = kernel
     ho, wo = (hp - kh) // stride + 1, (wp - kw) // stride + 1
-    cols = xp.stack([a[ix] for ix in _window_slices(kernel, stride, (ho, wo))], axis=3)
+    cols = xp.stack([a[ix] for ix in window_slices(4, (1, 2), kernel, stride, (ho, wo))],
+                    axis=3)
     return xp.reshape(cols, (n, ho, wo, kh * kw * c))
 
 
@@ -154,8 +149,8 @@ class Taps(TensorOp):
         a = pad_array(a, ((0, 0), (p, p), (p, p), (0, 0)))
         out_hw = ((h + 2 * p - self.kernel[0]) // self.stride + 1,
                   (w + 2 * p - self.kernel[1]) // self.stride + 1)
-        return namespace(a).stack(
-            [a[ix] for ix in _window_slices(self.kernel, self.stride, out_hw)], axis=0)
+        slices = window_slices(4, (1, 2), self.kernel, self.stride, out_hw)
+        return namespace(a).stack([a[ix] for ix in slices], axis=0)
 
     def gradient(self, out_grad, node):
         return Col2Im(node.inputs[0].shape, self.kernel, self.stride, self.padding)(out_grad)
@@ -172,16 +167,10 @@ class Col2Im(TensorOp):
         self.padding = int_at_least("col2im", "padding", padding, 0)
 
     def compute(self, taps):
-        xp = namespace(taps)
         n, h, w, c = self.shape
         p = self.padding
-        ho, wo = taps.shape[2], taps.shape[3]
-        out = xp.zeros((n, h + 2 * p, w + 2 * p, c), dtype=taps.dtype, device=taps.device)
-        # slice assignment: numpy, cupy and array-api-strict allow it (immutable arrays, jax,
-        # will need a device kernel); windows overlap, so the taps are added one at a time,
-        # each a contiguous block when `taps` is (the conv gradient's batched matmul makes it)
-        for t, ix in enumerate(_window_slices(self.kernel, self.stride, (ho, wo))):
-            out[ix] += taps[t, ...]
+        # each tap a contiguous block when `taps` is (the conv gradient's batched matmul)
+        out = add_windows(taps, (n, h + 2 * p, w + 2 * p, c), (1, 2), self.kernel, self.stride)
         return out[:, p:p + h, p:p + w, :] if p else out
 
     def gradient(self, out_grad, node):

@@ -14,6 +14,7 @@ from ..autograd import Tensor, TensorOp
 from ..backends import namespace
 from .axes import int_at_least
 from .movement import broadcast_to, reshape
+from .windows import add_windows, window_slices
 
 
 def _positive_int(op: str, name: str, value) -> int:
@@ -44,12 +45,7 @@ def _out_hw(op: str, shape: tuple, k: int, s: int, nchw: bool = True) -> tuple[i
 
 def _windows(k: int, s: int, ho: int, wo: int) -> list[tuple]:
     """The k*k indices of the window offsets (i, j), row-major: one strided slice each."""
-    return [(..., slice(i, i + s * (ho - 1) + 1, s), slice(j, j + s * (wo - 1) + 1, s))
-            for i in range(k) for j in range(k)]
-
-
-def _zeros(xp, shape: tuple, like):
-    return xp.zeros(shape, dtype=like.dtype, device=getattr(like, "device", None))
+    return [(...,) + index[2:] for index in window_slices(4, (2, 3), (k, k), s, (ho, wo))]
 
 
 class MaxPool2dOp(TensorOp):
@@ -140,21 +136,15 @@ class Fold2d(TensorOp):
         self.size = tuple(_positive_int("fold2d", "size", n) for n in size)
 
     def compute(self, t):
-        xp, k, s = namespace(t), self.kernel_size, self.stride
+        k, s = self.kernel_size, self.stride
         shape = tuple(t.shape)
         ho, wo = _out_hw("fold2d", self.size, k, s, nchw=False)
         if len(shape) < 3 or shape[0] != k * k or shape[-2:] != (ho, wo):
             raise ValueError(f"fold2d: expected shape ({k * k}, ..., {ho}, {wo}) for kernel "
                              f"{k}, stride {s} and size {self.size}, got {shape}")
-        # item assignment into fresh zeros, as ScatterItem does; overlapping windows add,
-        # disjoint ones (stride >= kernel) are simply written: twice as fast on numpy
-        out = _zeros(xp, shape[1:-2] + self.size, t)
-        for p, index in enumerate(_windows(k, s, ho, wo)):
-            if s >= k:
-                out[index] = t[p, ...]
-            else:
-                out[index] += t[p, ...]
-        return out
+        # (k*k, ..., Ho, Wo): the spatial axes are the last two of each tap
+        axes = (len(shape) - 3, len(shape) - 2)
+        return add_windows(t, shape[1:-2] + self.size, axes, (k, k), s)
 
     def gradient(self, out_grad, node):
         return unfold2d(out_grad, self.kernel_size, self.stride)
