@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from .device import Device
-from .kernels import strided_im2col
+from .kernels import scatter_add_rows, strided_im2col
 
 INSTALL_HINT = "install the GPU extra with `pip install needle[cuda]` (cupy-cuda12x)"
 
@@ -20,7 +20,8 @@ class CUDADevice(Device):
     def __init__(self, index: int = 0):
         super().__init__(index)
         self._reason: str | None = None
-        self._cupy: Any = None  # the cupy module, set by _load
+        self._cupy: Any = None  # the cupy and cupyx modules, set by _load
+        self._cupyx: Any = None
 
     def unavailable_reason(self) -> str:
         """Why cuda cannot be used here, or an empty string when it can."""
@@ -35,8 +36,9 @@ class CUDADevice(Device):
     def _load(self) -> tuple[Any, Any]:
         import array_api_compat.cupy as xp  # only after _probe found cupy and the GPU
         import cupy
+        import cupyx
 
-        self._cupy = cupy
+        self._cupy, self._cupyx = cupy, cupyx
         return xp, cupy.cuda.Device(self.index)
 
     def im2col(self, a: Any, kernel: tuple[int, int], stride: int, padding: int) -> Any:
@@ -44,6 +46,12 @@ class CUDADevice(Device):
         with self._native:
             return strided_im2col(self._cupy.zeros, self._cupy.lib.stride_tricks.as_strided,
                                   a, kernel, stride, padding)
+
+    def index_add(self, indices: Any, values: Any, n: int) -> Any:
+        """cupyx.scatter_add (atomic adds) into zeros (n, ...)."""
+        with self._native:
+            return scatter_add_rows(self._cupy.zeros, self._cupyx.scatter_add, indices, values,
+                                    n)
 
     def owns(self, array: Any) -> bool:
         """cupy arrays on this GPU live here."""

@@ -159,6 +159,12 @@ class Device:
         (i, j, c); None where the device has no kernel of its own (the op's portable gather)."""
         return None
 
+    def index_add(self, indices: Any, values: Any, n: int) -> Any:
+        """Rows of (m, ...) `values` added into zeros (n, ...) at the int64 (m,) `indices`
+        (repeats accumulate); None where the device has no kernel of its own (the op's
+        portable one-hot matmul)."""
+        return None
+
     # ----- random numbers: numpy's global state, so np.random.seed reproduces the course -----
     def rand(self, *shape) -> Any:
         """Uniform [0, 1) float64 draws, `np.random.rand(*shape)`, placed on this device."""

@@ -23,3 +23,16 @@ def strided_im2col(zeros: Callable[..., Any], as_strided: Callable[..., Any], a:
     sn, sh, sw, sc = a.strides
     view = as_strided(a, (n, ho, wo, kh, kw, c), (sn, sh * s, sw * s, sh, sw, sc))
     return view.reshape(n, ho, wo, kh * kw * c)
+
+
+def scatter_add_rows(zeros: Callable[..., Any], scatter_add: Callable[..., Any], indices: Any,
+                     values: Any, n: int) -> Any:
+    """Rows of (m, ...) `values` added into zeros of shape (n, ...) at the (m,) `indices`;
+    repeated indices accumulate.
+
+    `zeros` is the array library's, `scatter_add(out, indices, values)` an unbuffered
+    in-place add (cupyx.scatter_add; numpy's np.add.at has the same signature).
+    """
+    out = zeros((n,) + tuple(values.shape[1:]), dtype=values.dtype)
+    scatter_add(out, indices, values)
+    return out

@@ -272,6 +272,11 @@ CASES = [
          [(2, 3, 4)]),
     Case("fold2d", lambda a: ndl.fold2d(a, 3, 2, (5, 6)),
          lambda a: np_fold2d(a, 3, 2, (5, 6)), [(9, 2, 2, 2)]),
+    Case("embedding", lambda w: ndl.embedding(w, [[0, 2], [2, 3], [0, 0]]),
+         lambda w: w[np.array([[0, 2], [2, 3], [0, 0]])], [(4, 3)]),
+    Case("segment_sum", lambda v: ndl.ops.SegmentSum(4)(
+        v, ndl.Tensor(np.array([1, 3, 1]), device=v.device, requires_grad=False)),
+         lambda v: np.stack([np.zeros(2), v[0] + v[2], np.zeros(2), v[1]]), [(3, 2)]),
     Case("make_tuple", lambda a, b: ndl.make_tuple(a, b)[1] - ndl.make_tuple(a, b)[0],
          lambda a, b: b - a, [(3, 4), (3, 4)]),
 ]

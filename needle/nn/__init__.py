@@ -1,6 +1,8 @@
 """needle.nn: Parameter, Module and the layers, normalisations and losses built on them."""
 
+from . import utils
 from .conv import Conv
+from .embedding import Embedding
 from .layers import Dropout, Flatten, Identity, Linear, ReLU, Residual, Sequential, Sigmoid, Tanh
 from .loss import SoftmaxLoss
 from .module import Module, Parameter
@@ -10,5 +12,5 @@ from .pool import AvgPool2d, MaxPool2d
 __all__ = [
     "Module", "Parameter", "Identity", "Flatten", "ReLU", "Tanh", "Sigmoid", "Sequential",
     "Residual", "Linear", "Dropout", "BatchNorm1d", "BatchNorm2d", "LayerNorm1d", "SoftmaxLoss",
-    "Conv", "MaxPool2d", "AvgPool2d",
+    "Conv", "MaxPool2d", "AvgPool2d", "Embedding", "utils",
 ]

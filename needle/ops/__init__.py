@@ -8,6 +8,7 @@ from .elementwise import (
     power_scalar, relu, rpower_scalar, sigmoid, tanh,
 )
 from .conv import Col2Im, Conv, Im2Col, Pad, Taps, conv, im2col, pad
+from .embedding import EmbeddingLookup, SegmentSum, embedding
 from .linalg import MatMul, matmul
 from .movement import (
     BroadcastTo, Dilate, Flip, GetItem, Permute, Reshape, ScatterItem, SumToShape, Transpose,
@@ -40,7 +41,7 @@ __all__ = [
     "Normalize", "NormalizeGrad", "normalize",
     "Conv", "Im2Col", "Col2Im", "Taps", "Pad", "conv", "im2col", "pad",
     "AvgPool2dOp", "Fold2d", "MaxPool2dOp", "Unfold2d", "avg_pool2d", "fold2d",
-    "max_pool2d", "unfold2d",
+    "max_pool2d", "unfold2d", "EmbeddingLookup", "SegmentSum", "embedding",
 ]
 
 __getattr__ = course_getattr(__name__)  # the course's `array_api` and `NDArray`, lazily
