@@ -8,9 +8,11 @@ from .loss import SoftmaxLoss
 from .module import Module, Parameter
 from .norm import BatchNorm1d, BatchNorm2d, LayerNorm1d
 from .pool import AvgPool2d, MaxPool2d
+from .rnn import LSTM, RNN, LSTMCell, RNNCell
 
 __all__ = [
     "Module", "Parameter", "Identity", "Flatten", "ReLU", "Tanh", "Sigmoid", "Sequential",
     "Residual", "Linear", "Dropout", "BatchNorm1d", "BatchNorm2d", "LayerNorm1d", "SoftmaxLoss",
     "Conv", "MaxPool2d", "AvgPool2d", "Embedding", "utils",
+    "RNNCell", "RNN", "LSTMCell", "LSTM",
 ]
