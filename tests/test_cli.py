@@ -436,7 +436,8 @@ def test_cnn_header_names_the_model(cnn, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--model", "cnn", "--hidden-dim", "8"], "--hidden-dim applies to --model mlp only, not cnn"),
+    (["--model", "cnn", "--hidden-dim", "8"],
+     "--hidden-dim applies to --model mlp, rnn and lstm only, not cnn"),
     (["--model", "resnet9"], "--model resnet9 trains on CIFAR-10, which is not built in: pass "
                              "--data-dir DIR"),
     (["--model", "resnet9", "--data-dir", "{tmp}"],
@@ -489,3 +490,48 @@ def test_resnet9_trains_on_a_cifar_folder(tmp_path, capsys):
     assert "ResNet9 on CIFAR-10, 20 training / 4 test images" in out
     assert out.splitlines()[-1].startswith("final: test accuracy")
     assert ndl.load(tmp_path / "ck.npz")["config"]["augment"] == 4
+
+
+# ----- --model rnn and --model lstm: language models on PTB ---------------------------------
+
+
+@pytest.fixture
+def ptb(tmp_path) -> Path:
+    """A tiny corpus folder: train.txt and test.txt of a few short lines."""
+    folder = tmp_path / "ptb"
+    folder.mkdir()
+    words = "the cat sat on a mat and the dog ran to the cat".split()
+    rng = np.random.default_rng(0)
+    lines = [" ".join(rng.choice(words, 6)) for _ in range(40)]
+    (folder / "train.txt").write_text("\n".join(lines[:30]) + "\n")
+    (folder / "test.txt").write_text("\n".join(lines[30:]) + "\n")
+    return folder
+
+
+@pytest.mark.parametrize("model", ["rnn", "lstm"])
+def test_language_model_trains_checkpoints_and_resumes(model, ptb, tmp_path, capsys):
+    argv = ["--model", model, "--data-dir", str(ptb), "--hidden-dim", "8", "--batch-size", "4"]
+    whole, part = tmp_path / "whole.npz", tmp_path / "part.npz"
+    assert train.main([*argv, "--epochs", "2", "--checkpoint", str(whole)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"needle-train: LanguageModel({model}, hidden 8) on PTB")
+    assert "held-out perplexity" in lines[1]
+    assert lines[-1].startswith("final: held-out perplexity")
+    perplexity = float(lines[-1].split()[3])
+    assert 1 < perplexity < 14  # better than uniform over the 13-word (+ <eos>) vocabulary
+    assert train.main([*argv, "--epochs", "2", "--stop-after", "1", "--checkpoint", str(part),
+                       "--quiet"]) == 0
+    assert train.main(["--resume", str(part), "--quiet"]) == 0
+    a, b = ndl.load(whole), ndl.load(part)
+    assert a["config"]["model"] == model and a["config"]["clip"] == 0.25
+    assert a["config"]["optimizer"] == "sgd" and a["config"]["lr"] == 4.0
+    assert_same_state(a, b)
+
+
+def test_language_model_usage_errors(ptb, tmp_path, capsys):
+    err = usage_error(["--model", "lstm", "--augment", "2", "--quiet"], capsys)
+    assert "--augment applies to image models, not lstm" in err
+    err = usage_error(["--model", "lstm", "--clip", "-1", "--quiet"], capsys)
+    assert "--clip must be a finite number >= 0, got -1.0" in err
+    err = usage_error(["--model", "rnn", "--data-dir", str(tmp_path), "--quiet"], capsys)
+    assert f"--data-dir {tmp_path}: " in err and "train.txt" in err

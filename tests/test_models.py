@@ -285,3 +285,83 @@ def test_train_cifar10_is_deterministic():
     assert out1 == out2
     for p, q in zip(params1, params2):
         np.testing.assert_array_equal(p, q)
+
+
+# ----- LanguageModel and simple_ml's PTB loops -------------------------------------------------
+
+
+@pytest.mark.parametrize("seq_model", ["rnn", "lstm"])
+def test_language_model_draws_embedding_then_sequence_model_then_linear(seq_model, device):
+    from needle.apps.models import LanguageModel
+
+    np.random.seed(5)
+    lm = LanguageModel(6, 11, 4, num_layers=2, seq_model=seq_model, device=device)
+    np.random.seed(5)
+    embedding = nn.Embedding(11, 6, device=device)
+    stack = (nn.RNN if seq_model == "rnn" else nn.LSTM)(6, 4, 2, device=device)
+    linear = nn.Linear(4, 11, device=device)
+    for mine, ref in zip(lm.parameters(), [*embedding.parameters(), *stack.parameters(),
+                                          *linear.parameters()]):
+        np.testing.assert_array_equal(mine.numpy(), ref.numpy())
+    x = ndl.Tensor(np.array([[1, 2, 3], [4, 5, 10]]), device=device, dtype="float32")
+    logits, h = lm(x)
+    assert logits.shape == (6, 11)
+    h_n = h[0] if seq_model == "lstm" else h
+    assert h_n.shape == (2, 3, 4)
+
+
+def test_language_model_refuses_other_sequence_models():
+    from needle.apps.models import LanguageModel
+
+    with pytest.raises(ValueError, match="seq_model must be 'rnn' or 'lstm', got 'gru'"):
+        LanguageModel(4, 10, 4, seq_model="gru")
+
+
+def ptb_data(n_tokens=161, bs=4, vocab=7):
+    """Batchified token ids (nbatch, bs) as course code makes them, float32."""
+    rng = np.random.default_rng(3)
+    tokens = rng.integers(0, vocab, n_tokens)
+    nbatch = n_tokens // bs
+    return tokens[:nbatch * bs].reshape(bs, nbatch).T.astype(np.float32)
+
+
+def test_epoch_general_ptb_matches_a_recomputation_and_carries_the_state(device):
+    from needle.apps.models import LanguageModel
+
+    data = ptb_data()
+    np.random.seed(0)
+    lm = LanguageModel(5, 7, 6, seq_model="lstm", device=device)
+    acc, loss = simple_ml.evaluate_ptb(lm, data, seq_len=8, device=device)
+    # independently: the same windows, the state carried over, per-token loss averaged
+    h, total, correct, count = None, 0.0, 0, 0
+    for i in range(0, data.shape[0] - 1, 8):
+        n = min(8, data.shape[0] - 1 - i)
+        x = ndl.Tensor(data[i:i + n], device=device, dtype="float32")
+        y = data[i + 1:i + 1 + n].reshape(-1).astype(np.int64)
+        with ndl.no_grad():
+            logits, h = lm(x, h)
+        z = logits.numpy().astype(np.float64)
+        total += np_softmax_loss(z, y) * len(y)
+        correct += int((z.argmax(1) == y).sum())
+        count += len(y)
+    assert acc == pytest.approx(correct / count)
+    assert loss == pytest.approx(total / count, rel=1e-5)
+    assert not lm.training
+
+
+def test_train_ptb_learns_and_clips(device, monkeypatch):
+    from needle.apps.models import LanguageModel
+
+    data = ptb_data()
+    np.random.seed(0)
+    lm = LanguageModel(5, 7, 6, seq_model="rnn", device=device)
+    clipped = []
+    original = nn.utils.clip_grad_norm_
+    monkeypatch.setattr(nn.utils, "clip_grad_norm_",
+                        lambda params, max_norm: clipped.append(max_norm) or original(params,
+                                                                                      max_norm))
+    before = simple_ml.evaluate_ptb(lm, data, seq_len=8, device=device)[1]
+    simple_ml.train_ptb(lm, data, seq_len=8, n_epochs=3, lr=1.0, clip=0.5, device=device)
+    after = simple_ml.evaluate_ptb(lm, data, seq_len=8, device=device)[1]
+    assert after < before
+    assert clipped and set(clipped) == {0.5}

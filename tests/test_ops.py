@@ -101,6 +101,18 @@ def np_fold2d(t, k, s, size):
     return out
 
 
+LABELS = np.array([2, 0, 3])
+
+
+def labels_on(t):
+    return t.device.asarray(LABELS, dtype="int64")
+
+
+def np_softmax(a):
+    e = np.exp(a - a.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
 def np_scatter(a, index, shape):
     out = np.zeros(shape)
     out[index] = a
@@ -277,6 +289,11 @@ CASES = [
     Case("segment_sum", lambda v: ndl.ops.SegmentSum(4)(
         v, ndl.Tensor(np.array([1, 3, 1]), device=v.device, requires_grad=False)),
          lambda v: np.stack([np.zeros(2), v[0] + v[2], np.zeros(2), v[1]]), [(3, 2)]),
+    Case("softmax_cross_entropy", lambda a: ndl.softmax_cross_entropy(a, labels_on(a)),
+         lambda a: np.mean(np_logsumexp(a, 1) - a[np.arange(3), LABELS]), [(3, 4)]),
+    Case("softmax_cross_entropy_grad",
+         lambda a, g: ndl.ops.SoftmaxCrossEntropyGrad(labels_on(a))(a, g),
+         lambda a, g: g * (np_softmax(a) - np.eye(4)[LABELS]) / 3, [(3, 4), ()]),
     Case("make_tuple", lambda a, b: ndl.make_tuple(a, b)[1] - ndl.make_tuple(a, b)[0],
          lambda a, b: b - a, [(3, 4), (3, 4)]),
 ]

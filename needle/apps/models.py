@@ -1,4 +1,5 @@
-"""The course's hw4 image model: ResNet9 for CIFAR-10, built from ConvBN blocks.
+"""The course's hw4 models: ResNet9 for CIFAR-10 (from ConvBN blocks) and the word-level
+LanguageModel (Embedding, RNN or LSTM, Linear).
 
 Absolute imports only, so `from models import *` works with this folder on sys.path.
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 import needle as ndl
 import needle.nn as nn
 
-__all__ = ["ConvBN", "ResNet9"]
+__all__ = ["ConvBN", "ResNet9", "LanguageModel"]
 
 
 class ConvBN(nn.Module):
@@ -54,3 +55,33 @@ class ResNet9(nn.Module):
     def forward(self, x: ndl.Tensor) -> ndl.Tensor:
         """The logits of a batch of NCHW images."""
         return self.model(x)
+
+
+class LanguageModel(nn.Module):
+    """Embedding -> RNN or LSTM -> Linear: next-token logits for every position.
+
+    Built in the course's order (Embedding, then the sequence model, then the Linear layer),
+    so `np.random.seed(k)` draws the course's weights. `seq_len` is kept for course code.
+    """
+
+    def __init__(self, embedding_size: int, output_size: int, hidden_size: int,
+                 num_layers: int = 1, seq_model: str = "rnn", seq_len: int = 40,
+                 device: ndl.Device | None = None, dtype: str = "float32"):
+        super().__init__()
+        if seq_model not in ("rnn", "lstm"):
+            raise ValueError(f"LanguageModel: seq_model must be 'rnn' or 'lstm', got "
+                             f"{seq_model!r}")
+        self.embedding_size, self.output_size = embedding_size, output_size
+        self.hidden_size, self.num_layers = hidden_size, num_layers
+        self.seq_len = seq_len
+        self.embedding = nn.Embedding(output_size, embedding_size, device=device, dtype=dtype)
+        seq = nn.RNN if seq_model == "rnn" else nn.LSTM
+        self.seq_model = seq(embedding_size, hidden_size, num_layers, device=device,
+                             dtype=dtype)
+        self.linear = nn.Linear(hidden_size, output_size, device=device, dtype=dtype)
+
+    def forward(self, x: ndl.Tensor, h=None):
+        """x (T, B) token ids -> (logits (T*B, output_size), the final hidden state)."""
+        seq_len, batch = x.shape
+        out, h = self.seq_model(self.embedding(x), h)
+        return self.linear(ndl.reshape(out, (seq_len * batch, self.hidden_size))), h

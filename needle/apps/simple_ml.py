@@ -5,15 +5,20 @@ Absolute imports only, so `from simple_ml import *` works with this folder on sy
 
 from __future__ import annotations
 
+import contextlib
+import math
+
 import numpy as np
 
 import needle as ndl
 import needle.nn as nn
-from needle.apps.mlp_resnet import run_epoch
+from needle.apps.mlp_resnet import NonFiniteLoss, run_epoch
 from needle.data.mnist import parse_mnist
+from needle.data.ptb import get_batch
 
 __all__ = ["parse_mnist", "softmax_loss", "nn_epoch", "loss_err",
-           "epoch_general_cifar10", "train_cifar10", "evaluate_cifar10"]
+           "epoch_general_cifar10", "train_cifar10", "evaluate_cifar10",
+           "epoch_general_ptb", "train_ptb", "evaluate_ptb", "run_lm_epoch"]
 
 
 def softmax_loss(Z: ndl.Tensor, y_one_hot: ndl.Tensor) -> ndl.Tensor:
@@ -110,3 +115,96 @@ def evaluate_cifar10(model: nn.Module, dataloader,
     """One evaluation pass (eval mode, no optimizer): (accuracy, mean loss)."""
     np.random.seed(4)
     return epoch_general_cifar10(dataloader, model, loss_fn())
+
+
+# ----- hw4: Penn Treebank language models ---------------------------------------------------
+
+
+def _detach(h):
+    """The hidden state cut from the previous batch's graph (both h and c for an LSTM)."""
+    if h is None:
+        return None
+    if isinstance(h, tuple):
+        return tuple(t.detach() for t in h)
+    return h.detach()
+
+
+def run_lm_epoch(data: np.ndarray, model: nn.Module, loss_fn, opt=None, seq_len: int = 40,
+                 clip: float | None = None, device: ndl.Device | None = None,
+                 dtype: str = "float32", bar=None) -> tuple[float, float]:
+    """One pass of a language model over batchified `data` (nbatch, bs): (accuracy, loss).
+
+    Windows of `seq_len` from `range(0, nbatch - 1, seq_len)`; the hidden state is carried
+    from window to window, detached each time; training when `opt` is given, with gradients
+    clipped to a global norm of `clip`; the loss is averaged over the predicted tokens.
+    A nan or inf loss raises NonFiniteLoss naming the window (from 1).
+    """
+    params = model.parameters()
+    if device is None:
+        device = params[0].device if params else ndl.default_device()
+    xp = device.xp
+    h, correct, total, count = None, 0, 0.0, 0
+    for window, i in enumerate(range(0, data.shape[0] - 1, seq_len), start=1):
+        X, y = get_batch(data, i, seq_len, device=device, dtype=dtype)
+        with contextlib.nullcontext() if opt is not None else ndl.no_grad():
+            logits, h = model(X, h)
+            loss = loss_fn(logits, y)
+        h = _detach(h)
+        if opt is not None:
+            opt.reset_grad()
+            loss.backward()
+            if clip:
+                nn.utils.clip_grad_norm_(params, clip)
+            opt.step()
+        value, n = float(loss.numpy()), y.shape[0]
+        if not math.isfinite(value):
+            raise NonFiniteLoss(window, value)
+        correct += int(xp.sum(xp.astype(xp.argmax(logits.cached_data, axis=1)
+                                        == xp.astype(y.cached_data, xp.int64), xp.int64)))
+        total += value * n
+        count += n
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{total / count:.4f}")
+    if count == 0:
+        raise ValueError(f"run_lm_epoch: data of shape {data.shape} holds no window of "
+                         f"seq_len {seq_len}")
+    return correct / count, total / count
+
+
+def epoch_general_ptb(data: np.ndarray, model: nn.Module, seq_len: int = 40,
+                      loss_fn: nn.Module = nn.SoftmaxLoss(),  # noqa: B008  (the course's)
+                      opt: ndl.optim.Optimizer | None = None, clip: float | None = None,
+                      device: ndl.Device | None = None,
+                      dtype: str = "float32") -> tuple[float, float]:
+    """One pass over batchified `data` (nbatch, bs) in windows of `seq_len`: (accuracy, loss).
+
+    The course's loop: seeds numpy with 4, sets train or eval mode by `opt`, then
+    `run_lm_epoch` (the hidden state carried and detached, the loss averaged per token).
+    """
+    np.random.seed(4)
+    model.train() if opt is not None else model.eval()
+    return run_lm_epoch(data, model, loss_fn, opt, seq_len, clip, device, dtype)
+
+
+def train_ptb(model: nn.Module, data: np.ndarray, seq_len: int = 40, n_epochs: int = 1,
+              optimizer: type = ndl.optim.SGD, lr: float = 4.0, weight_decay: float = 0.0,
+              loss_fn: type = nn.SoftmaxLoss, clip: float | None = None,
+              device: ndl.Device | None = None, dtype: str = "float32") -> tuple[float, float]:
+    """`n_epochs` training passes; returns the last one's (accuracy, loss)."""
+    if n_epochs < 1:
+        raise ValueError(f"train_ptb: n_epochs must be at least 1, got {n_epochs}")
+    np.random.seed(4)
+    opt = optimizer(model.parameters(), lr=lr, weight_decay=weight_decay)
+    loss = loss_fn()
+    for _ in range(n_epochs):
+        result = epoch_general_ptb(data, model, seq_len, loss, opt, clip, device, dtype)
+    return result
+
+
+def evaluate_ptb(model: nn.Module, data: np.ndarray, seq_len: int = 40,
+                 loss_fn: type = nn.SoftmaxLoss, device: ndl.Device | None = None,
+                 dtype: str = "float32") -> tuple[float, float]:
+    """One evaluation pass (eval mode, no optimizer): (accuracy, loss)."""
+    np.random.seed(4)
+    return epoch_general_ptb(data, model, seq_len, loss_fn(), None, None, device, dtype)

@@ -4,6 +4,7 @@
                                         # the official 10k test images
     needle-train --model cnn            # a conv net on the same data
     needle-train --model resnet9 --data-dir cifar-10-batches-py   # a CIFAR-10 copy of yours
+    needle-train --model lstm           # a word-level language model on the built-in PTB
     needle-train --device strict --epochs 2 --quiet
     needle-train --checkpoint run.npz   # saved after every epoch; --resume run.npz continues
 
@@ -28,7 +29,8 @@ from tqdm import tqdm
 import needle as ndl
 from needle.apps.mlp_resnet import MLPResNet, NonFiniteLoss, run_epoch
 from needle.apps.mnist_cnn import MNISTConvNet
-from needle.apps.models import ResNet9
+from needle.apps.models import LanguageModel, ResNet9
+from needle.apps.simple_ml import run_lm_epoch
 from needle.backends import Device
 from needle.data import (
     MNIST_FILES,
@@ -40,6 +42,7 @@ from needle.data import (
     find_mnist_files,
     transforms,
 )
+from needle.data.ptb import Corpus, batchify, builtin_ptb_corpus
 
 DEVICES = {"cpu": ndl.cpu, "cuda": ndl.cuda, "strict": ndl.strict}
 OPTIMIZERS = {"adam": ndl.optim.Adam, "sgd": ndl.optim.SGD}
@@ -48,7 +51,7 @@ SCHEDULES = ("cosine", "constant")
 SETTINGS: dict[str, Any] = {
     "model": "mlp", "epochs": 20, "batch_size": 100, "optimizer": "adam", "lr": 0.001,
     "weight_decay": 0.001, "momentum": 0.0, "hidden_dim": 256, "schedule": "cosine",
-    "augment": 2, "seed": 0,
+    "augment": 2, "seed": 0, "clip": 0.0,
 }
 # each model's own defaults, over SETTINGS; the data set a model trains on
 MODELS: dict[str, dict[str, Any]] = {
@@ -58,8 +61,16 @@ MODELS: dict[str, dict[str, Any]] = {
     # set seeds 0, 1, 2 reach 98.86%, 98.89%, 98.75% (lr 0.003: 98.63%, 98.67%, 98.53%)
     "cnn": {"epochs": 15, "lr": 0.01},
     "resnet9": {"epochs": 10, "augment": 4},
+    # the course's language-model recipe (train_ptb): SGD lr 4 at a constant rate, batch 20,
+    # windows of 40 tokens; plus gradient clipping at norm 0.25, without which it diverges
+    "rnn": {"epochs": 5, "batch_size": 20, "optimizer": "sgd", "lr": 4.0, "weight_decay": 0.0,
+            "hidden_dim": 100, "schedule": "constant", "augment": 0, "clip": 0.25},
+    "lstm": {"epochs": 5, "batch_size": 20, "optimizer": "sgd", "lr": 4.0, "weight_decay": 0.0,
+             "hidden_dim": 100, "schedule": "constant", "augment": 0, "clip": 0.25},
 }
-DATASETS = {"mlp": "MNIST", "cnn": "MNIST", "resnet9": "CIFAR-10"}
+LANGUAGE_MODELS = ("rnn", "lstm")
+LM_SEQ_LEN = 40  # tokens per window (the course's bptt)
+DATASETS = {"mlp": "MNIST", "cnn": "MNIST", "resnet9": "CIFAR-10", "rnn": "PTB", "lstm": "PTB"}
 # where a run computes and finds its data: stored too, but a resumed run may change them
 PLACES: dict[str, Any] = {"device": "cpu", "data_dir": None}
 
@@ -88,12 +99,14 @@ def build_parser() -> argparse.ArgumentParser:
     add = p.add_argument
     add("--model", choices=sorted(MODELS),
         help="mlp: the course's MLPResNet on MNIST; cnn: conv-BN-ReLU-pool blocks on MNIST; "
-             "resnet9: the course's ResNet9 on CIFAR-10, which needs --data-dir "
+             "resnet9: the course's ResNet9 on CIFAR-10, which needs --data-dir; rnn, lstm: "
+             "the course's LanguageModel on the built-in Penn Treebank split "
              f"(default: {d['model']})")
     add("--device", choices=sorted(DEVICES), help=f"where to compute (default: {d['device']})")
     add("--data-dir", type=Path,
         help="MNIST: folder with the four MNIST files, gzipped or not (default: the built-in "
-             "set); CIFAR-10: the cifar-10-batches-py folder of the python version (required)")
+             "set); CIFAR-10: the cifar-10-batches-py folder of the python version (required); "
+             "PTB: a folder with train.txt and test.txt (default: the built-in split)")
     add("--epochs", type=int, help="training epochs in all (default: "
                                    f"{_defaults_text('epochs')})")
     add("--batch-size", type=int, help=f"batch size (default: {d['batch_size']})")
@@ -104,8 +117,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("--weight-decay", type=float, help=f"L2 weight decay (default: {d['weight_decay']})")
     add("--momentum", type=float, help="SGD momentum in [0, 1), the course's u = m u + (1-m) g;"
                                        f" sgd only (default: {d['momentum']})")
-    add("--hidden-dim", type=int, help=f"width of the residual MLP; mlp only "
-                                       f"(default: {d['hidden_dim']})")
+    add("--hidden-dim", type=int, help="width of the residual MLP, or the embedding and hidden"
+                                       " size of rnn and lstm (default: "
+                                       f"{_defaults_text('hidden_dim')})")
+    add("--clip", type=float, help="clip the gradients' global norm to this, 0: off (default: "
+                                   f"{_defaults_text('clip')})")
     add("--schedule", choices=SCHEDULES,
         help=f"learning rate over the epochs: cosine decay to 0 or constant "
              f"(default: {d['schedule']})")
@@ -131,8 +147,8 @@ class Run:
 
     config: dict[str, Any]
     device: Device
-    train_loader: DataLoader
-    test_loader: DataLoader
+    train_loader: DataLoader | np.ndarray  # language models: batchified token ids
+    test_loader: DataLoader | np.ndarray
     model: ndl.nn.Module
     opt: ndl.optim.Optimizer
     checkpoint: Path | None  # where to save after every epoch
@@ -163,11 +179,14 @@ def setup(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Run:
         hint = (f" ({args.resume} ran there; pass --device cpu to continue on the cpu)"
                 if stored and args.device is None else "")
         parser.error(f"--device {config['device']}: {device.unavailable_reason()}{hint}")
-    train_set, test_set = _datasets(parser, config)
-    run = Run(config, device, DataLoader(train_set, config["batch_size"], shuffle=True,
-                                         device=device),
-              DataLoader(test_set, 1000, device=device), *_model(config, device), checkpoint,
-              args.resume, stop_after=args.stop_after, quiet=args.quiet)
+    if config["model"] in LANGUAGE_MODELS:
+        train_data, test_data, vocab = _ptb(parser, config)
+    else:
+        train_set, test_set = _datasets(parser, config)
+        train_data = DataLoader(train_set, config["batch_size"], shuffle=True, device=device)
+        test_data, vocab = DataLoader(test_set, 1000, device=device), None
+    run = Run(config, device, train_data, test_data, *_model(config, device, vocab),
+              checkpoint, args.resume, stop_after=args.stop_after, quiet=args.quiet)
     if stored is not None:
         try:
             run.model.load_state_dict(stored["model"])
@@ -179,10 +198,15 @@ def setup(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Run:
     return run
 
 
-def _model(cfg: dict[str, Any], device: Device) -> tuple[ndl.nn.Module, ndl.optim.Optimizer]:
+def _model(cfg: dict[str, Any], device: Device,
+           vocab: int | None = None) -> tuple[ndl.nn.Module, ndl.optim.Optimizer]:
     """A fresh model (weights drawn after seeding numpy) and its optimizer."""
     np.random.seed(cfg["seed"])
-    if cfg["model"] == "cnn":
+    if cfg["model"] in LANGUAGE_MODELS:
+        h = cfg["hidden_dim"]
+        model = LanguageModel(h, vocab, h, seq_model=cfg["model"], seq_len=LM_SEQ_LEN,
+                              device=device)
+    elif cfg["model"] == "cnn":
         model = MNISTConvNet(device=device)
     elif cfg["model"] == "resnet9":
         model = ResNet9(device=device)
@@ -206,6 +230,7 @@ def _read_checkpoint(parser: argparse.ArgumentParser, path: Path) -> dict:
         parser.error(f"--resume: {path} is not a needle-train checkpoint")
     if isinstance(ck.get("config"), dict):
         ck["config"].setdefault("model", "mlp")  # written before --model existed
+        ck["config"].setdefault("clip", 0.0)  # and before --clip
     bad = [k for k, kind in kinds.items() if type(ck.get(k)) is not kind]
     if not bad:
         expected = {**{k: (type(v),) for k, v in SETTINGS.items()}, "device": (str,),
@@ -226,8 +251,10 @@ def _resolve(parser: argparse.ArgumentParser, args: argparse.Namespace,
     model = args.model or saved.get("model", SETTINGS["model"])
     if model not in MODELS:  # only a stored value can get here
         parser.error(f"--model: unknown {model!r}, choose from {sorted(MODELS)}")
-    if args.hidden_dim is not None and model != "mlp":
-        parser.error(f"--hidden-dim applies to --model mlp only, not {model}")
+    if args.hidden_dim is not None and model not in ("mlp", *LANGUAGE_MODELS):
+        parser.error(f"--hidden-dim applies to --model mlp, rnn and lstm only, not {model}")
+    if args.augment and model in LANGUAGE_MODELS:
+        parser.error(f"--augment applies to image models, not {model}")
     for key, default in {**SETTINGS, **MODELS[model], **PLACES}.items():
         given = getattr(args, key)
         if isinstance(given, Path):
@@ -253,6 +280,8 @@ def _validate(parser: argparse.ArgumentParser, cfg: dict[str, Any],
     for key, value in counts.items():
         if value is not None and value < 1:
             parser.error(f"{_flag(key)} must be at least 1, got {value}")
+    if cfg["clip"] < 0 or not math.isfinite(cfg["clip"]):
+        parser.error(f"--clip must be a finite number >= 0, got {cfg['clip']}")
     for key in ("lr", "weight_decay", "momentum"):
         if not math.isfinite(cfg[key]):
             parser.error(f"{_flag(key)} must be a finite number, got {cfg[key]}")
@@ -321,6 +350,18 @@ def _cifar10(parser: argparse.ArgumentParser,
         parser.error(f"--data-dir {cfg['data_dir']}: {e}")
 
 
+def _ptb(parser: argparse.ArgumentParser,
+         cfg: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, int]:
+    """Batchified training and held-out token ids, and the vocabulary size."""
+    try:
+        corpus = Corpus(cfg["data_dir"]) if cfg["data_dir"] else builtin_ptb_corpus()
+        bs = cfg["batch_size"]
+        return batchify(corpus.train, bs), batchify(corpus.test, bs), len(corpus.dictionary)
+    except (OSError, ValueError) as e:
+        where = f"--data-dir {cfg['data_dir']}" if cfg["data_dir"] else "the built-in PTB set"
+        parser.error(f"{where}: {e}")
+
+
 def _rng_state() -> dict:
     kind, keys, pos, has_gauss, cached = np.random.get_state()
     return {"keys": keys, "pos": int(pos), "has_gauss": int(has_gauss),
@@ -353,11 +394,14 @@ def train(run: Run, progress: dict[str, int] | None = None) -> dict[str, Any]:
     end = cfg["epochs"] if run.stop_after is None else min(cfg["epochs"],
                                                            run.start + run.stop_after)
     say = (lambda *a: None) if run.quiet else print
+    lm = cfg["model"] in LANGUAGE_MODELS
     name = {"mlp": f"MLPResNet(hidden {cfg['hidden_dim']})", "cnn": "MNISTConvNet",
-            "resnet9": "ResNet9"}[cfg["model"]]
-    say(f"needle-train: {name} on {DATASETS[cfg['model']]}, "
-        f"{len(run.train_loader.dataset)} training / {len(run.test_loader.dataset)} test "
-        f"images, {cfg['optimizer']} lr {cfg['lr']}, device {run.device}"
+            "resnet9": "ResNet9", "rnn": f"LanguageModel(rnn, hidden {cfg['hidden_dim']})",
+            "lstm": f"LanguageModel(lstm, hidden {cfg['hidden_dim']})"}[cfg["model"]]
+    sizes = ((run.train_loader.size, run.test_loader.size, "held-out tokens") if lm else
+             (len(run.train_loader.dataset), len(run.test_loader.dataset), "test images"))
+    say(f"needle-train: {name} on {DATASETS[cfg['model']]}, {sizes[0]} training / {sizes[1]} "
+        f"{sizes[2]}, {cfg['optimizer']} lr {cfg['lr']}, device {run.device}"
         + (f", resuming {run.resume} after epoch {run.start}" if run.resume else ""))
     started = time.perf_counter()
     metrics: dict[str, Any] = {"epoch": run.start, "seconds": run.seconds}
@@ -367,9 +411,14 @@ def train(run: Run, progress: dict[str, int] | None = None) -> dict[str, Any]:
             progress["epoch"] = epoch
             metrics.update(_train_epoch(run, epoch), epoch=epoch,
                            seconds=run.seconds + time.perf_counter() - started)
-            say(f"epoch {epoch:3d}  train err {metrics['train_err']:.4f} loss "
-                f"{metrics['train_loss']:.4f}  test err {metrics['test_err']:.4f} loss "
-                f"{metrics['test_loss']:.4f}")
+            if lm:
+                say(f"epoch {epoch:3d}  train perplexity {math.exp(metrics['train_loss']):.2f}"
+                    f"  held-out perplexity {math.exp(metrics['test_loss']):.2f} (loss "
+                    f"{metrics['test_loss']:.4f})")
+            else:
+                say(f"epoch {epoch:3d}  train err {metrics['train_err']:.4f} loss "
+                    f"{metrics['train_loss']:.4f}  test err {metrics['test_err']:.4f} loss "
+                    f"{metrics['test_loss']:.4f}")
             if run.checkpoint is not None:
                 _save(run, epoch, metrics["seconds"])
     return metrics
@@ -380,7 +429,9 @@ def _train_epoch(run: Run, epoch: int) -> dict[str, float]:
     run.opt.lr = _lr_at(run.config, epoch - 1)
     run.model.train()
     # the bar shows on terminals only (disable=None), never with --quiet
-    with tqdm(total=len(run.train_loader), desc=f"epoch {epoch}/{run.config['epochs']}",
+    lm = run.config["model"] in LANGUAGE_MODELS
+    steps = _windows(run.train_loader) if lm else len(run.train_loader)
+    with tqdm(total=steps, desc=f"epoch {epoch}/{run.config['epochs']}",
               leave=False, disable=True if run.quiet else None, file=sys.stderr) as bar:
         train_err, train_loss = _checked_epoch(run, epoch, "training", bar)
     run.model.eval()
@@ -394,6 +445,10 @@ def _checked_epoch(run: Run, epoch: int, phase: str, bar) -> tuple[float, float]
     loader = run.train_loader if phase == "training" else run.test_loader
     opt = run.opt if phase == "training" else None
     try:
+        if run.config["model"] in LANGUAGE_MODELS:
+            acc, loss = run_lm_epoch(loader, run.model, ndl.nn.SoftmaxLoss(), opt, LM_SEQ_LEN,
+                                     run.config["clip"] or None, run.device, "float32", bar)
+            return 1.0 - acc, loss
         return run_epoch(loader, run.model, ndl.nn.SoftmaxLoss(), opt, create_graph=False,
                          bar=bar, check_finite=True)
     except NonFiniteLoss as e:
@@ -424,6 +479,11 @@ def _last_checkpoint(run: Run) -> str:
     return f"no checkpoint written to {run.checkpoint} yet"
 
 
+def _windows(data: np.ndarray) -> int:
+    """How many windows of LM_SEQ_LEN a language-model epoch over `data` takes."""
+    return len(range(0, data.shape[0] - 1, LM_SEQ_LEN))
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
@@ -434,6 +494,14 @@ def _summary(run: Run, m: dict[str, Any]) -> str:
     if "test_err" not in m:
         return (f"needle-train: nothing to do: {run.resume} already has {m['epoch']} of "
                 f"{_plural(total, 'epoch')} (a larger --epochs extends the run)")
+    if run.config["model"] in LANGUAGE_MODELS:
+        result = f"held-out perplexity {math.exp(m['test_loss']):.2f}"
+        if m["epoch"] < total:
+            return (f"stopped after epoch {m['epoch']} of {total} ({result}); continue with "
+                    f"--resume {run.checkpoint}")
+        return (f"final: {result} (loss {m['test_loss']:.4f}), train perplexity "
+                f"{math.exp(m['train_loss']):.2f}, {_plural(total, 'epoch')}, "
+                f"{m['seconds']:.1f} s training on {run.device}")
     if m["epoch"] < total:
         return (f"stopped after epoch {m['epoch']} of {total} (test accuracy "
                 f"{100 * (1 - m['test_err']):.2f}%); continue with --resume {run.checkpoint}")

@@ -20,7 +20,8 @@ from .pool import (
     AvgPool2dOp, Fold2d, MaxPool2dOp, Unfold2d, avg_pool2d, fold2d, max_pool2d, unfold2d,
 )
 from .reduce import (
-    LogSoftmax, LogSumExp, Max, Summation, logsoftmax, logsumexp, max, summation,
+    LogSoftmax, LogSumExp, Max, SoftmaxCrossEntropy, SoftmaxCrossEntropyGrad, Summation,
+    logsoftmax, logsumexp, max, softmax_cross_entropy, summation,
 )
 from .tuple import (
     FusedAddScalars, MakeTensorTuple, Split, Stack, TupleGetItem, fused_add_scalars,
@@ -42,6 +43,7 @@ __all__ = [
     "Conv", "Im2Col", "Col2Im", "Taps", "Pad", "conv", "im2col", "pad",
     "AvgPool2dOp", "Fold2d", "MaxPool2dOp", "Unfold2d", "avg_pool2d", "fold2d",
     "max_pool2d", "unfold2d", "EmbeddingLookup", "SegmentSum", "embedding",
+    "SoftmaxCrossEntropy", "SoftmaxCrossEntropyGrad", "softmax_cross_entropy",
 ]
 
 __getattr__ = course_getattr(__name__)  # the course's `array_api` and `NDArray`, lazily

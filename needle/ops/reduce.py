@@ -130,3 +130,75 @@ class LogSoftmax(TensorOp):
 def logsoftmax(a: Tensor, axes=-1) -> Tensor:
     """log(softmax(a)) over `axes` (the last by default), max-stabilised."""
     return LogSoftmax(axes)(a)
+
+
+class SoftmaxCrossEntropy(TensorOp):
+    """The mean over rows of -logsoftmax(logits)[i, labels[i]]: (N, k) logits -> a scalar.
+
+    `labels` is a constant int64 array (N,) of the logits' device. Fused, it passes over the
+    (N, k) logits four times forward (max, shift, exp, sum) and keeps exp(shifted) and the row
+    sums for the gradient, (softmax - onehot) / N, which costs four more.
+    """
+
+    def __init__(self, labels):
+        self.labels = labels
+        self._saved = None
+
+    def compute(self, logits):
+        xp = namespace(logits)
+        n = logits.shape[0]
+        shifted = logits - _finite_max(xp, logits, (1,))
+        e = xp.exp(shifted)
+        sums = xp.sum(e, axis=1, keepdims=True)
+        picked = xp.take_along_axis(shifted, xp.reshape(self.labels, (n, 1)), axis=1)
+        self._saved = (logits, e, sums)  # for the gradient, while the graph lives
+        return xp.sum(xp.log(sums) - picked) * (1.0 / n)
+
+    def gradient(self, out_grad, node):
+        saved, self._saved = self._saved, None
+        return SoftmaxCrossEntropyGrad(self.labels, saved)(node.inputs[0], out_grad)
+
+
+class SoftmaxCrossEntropyGrad(TensorOp):
+    """The adjoint of SoftmaxCrossEntropy at logits x for a scalar adjoint g:
+    g * (softmax(x) - onehot(labels)) / N."""
+
+    def __init__(self, labels, saved: tuple | None = None):
+        self.labels = labels
+        self._saved = saved  # (x, exp(x - max), row sums) from the forward of this x
+
+    def compute(self, x, g):
+        xp = namespace(x)
+        n, k = x.shape
+        saved, self._saved = self._saved, None
+        if saved is not None and saved[0] is x:
+            e, sums = saved[1], saved[2]
+        else:
+            e = xp.exp(x - _finite_max(xp, x, (1,)))
+            sums = xp.sum(e, axis=1, keepdims=True)
+        scale = g * (1.0 / n)
+        p = e * (scale / sums)
+        classes = xp.arange(k, dtype=self.labels.dtype, device=self.labels.device)
+        hit = xp.reshape(self.labels, (n, 1)) == classes
+        return xp.where(hit, p - scale, p)
+
+    def gradient(self, h, node):
+        # F(x, g) = g/N (s - Y) with s = softmax(x): dF/dg . h = sum(h (s - Y)) / N and
+        # dF/dx . h = g/N s (h - sum(s h, rows))
+        x, g = node.inputs
+        n, k = x.shape
+        s = exp(logsoftmax(x, 1))
+        xp = namespace(self.labels)
+        classes = xp.arange(k, dtype=self.labels.dtype, device=self.labels.device)
+        onehot = xp.astype(xp.reshape(self.labels, (n, 1)) == classes, s.cached_data.dtype)
+        y = Tensor.make_const(onehot, device=x.device)
+        grad_g = Summation()(h * (s - y)) / n if g.requires_grad else None
+        if not x.requires_grad:
+            return None, grad_g
+        rows = broadcast_to(reshape(Summation((1,))(s * h), (n, 1)), (n, k))
+        return s * (h - rows) * broadcast_to(reshape(g / n, (1, 1)), (n, k)), grad_g
+
+
+def softmax_cross_entropy(logits: Tensor, labels) -> Tensor:
+    """Mean softmax cross-entropy of (N, k) logits against int64 `labels` (a device array)."""
+    return SoftmaxCrossEntropy(labels)(logits)
