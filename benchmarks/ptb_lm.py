@@ -114,7 +114,7 @@ def torch_setup(vocab: int):
                     loss.backward()
                     nn.utils.clip_grad_norm_(model.parameters(), CLIP)
                     opt.step()
-                total += float(loss) * y.numel()
+                total += float(loss.detach()) * y.numel()
                 count += y.numel()
         return 0.0, total / count
     return (lambda train: run(train, True)), (lambda test: run(test, False))
