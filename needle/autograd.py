@@ -501,9 +501,7 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
         elif isinstance(node, Tensor):
             grad = _ops.AddN()(*partials)
         else:  # TensorTuple adjoints add elementwise
-            grad = partials[0]
-            for partial in partials[1:]:
-                grad = grad + partial
+            grad = _sum_tuple_adjoints(partials)
         op = node.op
         if op is None:
             node._grad = grad
@@ -528,6 +526,34 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
                 partials_of[inp] = [partial]
             else:
                 pending.append(partial)
+
+
+class ZeroAdjoint(Tensor):
+    """The zeros an op's gradient fills in for the parts of a TensorTuple it did not use
+    (TupleGetItem's): summing TensorTuple adjoints leaves them out."""
+
+    __slots__ = ()
+
+
+def _sum_tuple_adjoints(partials: list[Value]) -> Value:
+    """The elementwise sum of TensorTuple adjoints, one AddN per element, zeros left out.
+
+    Each of T `split(x)[t]` contributes a tuple that is zero but for element t: added tuple
+    by tuple that would be T^2 additions, here it is T elements picked.
+    """
+    columns: list[list[Value]] | None = None
+    for partial in partials:
+        elems = (partial.inputs if isinstance(partial.op, _ops.MakeTensorTuple)
+                 else partial.tuple())
+        if columns is None:
+            columns = [[] for _ in elems]
+        for column, elem in zip(columns, elems):
+            column.append(elem)
+    summed = []
+    for column in columns:
+        parts = [e for e in column if e.__class__ is not ZeroAdjoint] or column[:1]
+        summed.append(parts[0] if len(parts) == 1 else _ops.AddN()(*parts))
+    return _ops.make_tuple(*summed)
 
 
 def _data(value: Value) -> Any:

@@ -423,3 +423,23 @@ def test_second_order_through_matmul_tanh_and_broadcasting(device):
 
     check_gradients(grad_dot, rng.standard_normal((3, 4)), rng.standard_normal((4, 2)),
                     rng.standard_normal((2,)), device=device)
+
+
+def test_split_adjoints_add_element_by_element(device, monkeypatch):
+    # each split(x)[t] used once: T tuple adjoints that are zero but for element t. Added
+    # tuple by tuple they would cost T^2 additions; the engine picks the T elements instead
+    t = 30
+    x = ndl.Tensor(np.arange(t * 2.0).reshape(t, 2), device=device, dtype="float64")
+    parts = ndl.split(x, 0)
+    loss = parts[0].sum()
+    for i in range(1, t):
+        loss = loss + parts[i].sum() * float(i + 1)
+    calls = []
+    for op in (ndl.ops.EWiseAdd, ndl.ops.AddN):
+        compute = op.compute
+        monkeypatch.setattr(op, "compute", lambda self, *a, _f=compute: calls.append(1)
+                            or _f(self, *a))
+    loss.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.repeat(np.arange(1.0, t + 1), 2)
+                                  .reshape(t, 2))
+    assert len(calls) <= 2 * t  # the loss's own adds, not t * t

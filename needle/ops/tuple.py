@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..autograd import Tensor, TensorOp, TensorTuple, TensorTupleOp
+from ..autograd import Tensor, TensorOp, TensorTuple, TensorTupleOp, ZeroAdjoint
 from ..backends import namespace
 from .axes import normalize_axis
 from .elementwise import as_scalar
@@ -44,8 +44,8 @@ class TupleGetItem(TensorOp):
             if i == index:
                 parts.append(out_grad)
             else:
-                parts.append(Tensor.make_const(namespace(value).zeros_like(value),
-                                               device=node.device))
+                parts.append(ZeroAdjoint.make_const(namespace(value).zeros_like(value),
+                                                    device=node.device))
         return make_tuple(*parts)
 
 
