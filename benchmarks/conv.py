@@ -17,12 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
 
 import numpy as np
+from rss import peak_rss_mb, reset_peak_rss, rss_mb
 
 import needle as ndl
 
@@ -32,27 +32,7 @@ LAYERS = [(3, 16, 7, 4, 32), (16, 32, 3, 2, 8), (32, 32, 3, 1, 4), (32, 64, 3, 2
 BATCH = 128
 
 
-def rss_mb() -> float:
-    with open(f"/proc/{os.getpid()}/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
-
-def reset_peak_rss() -> None:
-    """Start the kernel's high-water mark (VmHWM) afresh at the current RSS (Linux)."""
-    try:
-        with open(f"/proc/{os.getpid()}/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
-
-
-def peak_rss_mb() -> float:
-    """VmHWM: unlike ru_maxrss, it is not inherited from the parent across fork and exec."""
-    with open(f"/proc/{os.getpid()}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def use_portable_gather() -> None:

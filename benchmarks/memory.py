@@ -9,17 +9,12 @@ as users call it) and, when installed, the RSS of the same loop in PyTorch, in t
 from __future__ import annotations
 
 import argparse
-import os
 
 import numpy as np
+from rss import rss_mb
 
 import needle as ndl
 from needle import autograd
-
-
-def rss_mb() -> float:
-    with open(f"/proc/{os.getpid()}/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def needle_run(steps: int, marks: set[int]) -> list[tuple[int, int, float]]:

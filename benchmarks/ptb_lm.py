@@ -18,13 +18,13 @@ import cProfile
 import io
 import json
 import math
-import os
 import pstats
 import subprocess
 import sys
 import time
 
 import numpy as np
+from rss import peak_rss_mb, reset_peak_rss, rss_mb
 
 import needle as ndl
 from needle.apps import simple_ml
@@ -35,25 +35,7 @@ EMB = HIDDEN = 100
 BATCH, BPTT, LR, CLIP = 20, 40, 4.0, 0.25
 
 
-def rss_mb() -> float:
-    with open(f"/proc/{os.getpid()}/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
-
-def peak_rss_mb() -> float:
-    with open(f"/proc/{os.getpid()}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def reset_peak_rss() -> None:
-    try:
-        with open(f"/proc/{os.getpid()}/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
 
 
 def data():

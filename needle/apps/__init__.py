@@ -1,2 +1,2 @@
-"""The course applications: `simple_ml` (hw1, and hw4's CIFAR-10 loops), `mlp_resnet` (hw2),
-`models` (hw4's ResNet9) and the `needle-train` CLI."""
+"""The course applications: `simple_ml` (hw1, and hw4's CIFAR-10 and PTB loops), `mlp_resnet`
+(hw2), `models` (hw4's ResNet9 and LanguageModel), `mnist_cnn` and the `needle-train` CLI."""

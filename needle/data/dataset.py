@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from importlib import resources
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -9,6 +11,17 @@ import numpy as np
 from ..backends import host_array
 
 TransformFn = Callable[[Any], Any]
+
+
+def builtin_data_dir(name: str) -> Path:
+    """The folder `name` of the data shipped inside needle.data (MNIST, PTB)."""
+    folder = resources.files("needle.data") / name
+    if not isinstance(folder, Path):
+        raise RuntimeError(
+            f"the packaged {name} folder is not on the file system ({folder!r}); "
+            "install needle from a directory or wheel, not a zip"
+        )
+    return folder
 
 
 class Dataset:

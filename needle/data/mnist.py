@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from .dataset import Dataset, TransformFn
+from .dataset import Dataset, TransformFn, builtin_data_dir
 from .idx import read_idx_ubyte
 
 IMAGE_MAGIC = 0x00000803
@@ -93,13 +92,7 @@ class MNISTDataset(Dataset):
 
 def builtin_mnist_dir() -> Path:
     """The folder of the MNIST copy shipped with needle (5k training, 10k test images)."""
-    folder = resources.files("needle.data") / "mnist"
-    if not isinstance(folder, Path):
-        raise RuntimeError(
-            f"the packaged MNIST folder is not on the file system ({folder!r}); "
-            "install needle from a directory or wheel, not a zip"
-        )
-    return folder
+    return builtin_data_dir("mnist")
 
 
 def find_mnist_files(data_dir: str | os.PathLike) -> dict[str, Path]:

@@ -14,13 +14,13 @@ import errno
 import io
 import os
 from collections.abc import Iterable, Sequence
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..autograd import Tensor
+from .dataset import builtin_data_dir
 
 EOS = "<eos>"
 TRAIN_FILE = "train.txt"
@@ -154,13 +154,7 @@ def get_batch(
 
 def builtin_ptb_dir() -> Path:
     """The folder of the PTB text shipped with needle (the standard test split, ptb.test.txt)."""
-    folder = resources.files("needle.data") / "ptb"
-    if not isinstance(folder, Path):
-        raise RuntimeError(
-            f"the packaged PTB folder is not on the file system ({folder!r}); "
-            "install needle from a directory or wheel, not a zip"
-        )
-    return folder
+    return builtin_data_dir("ptb")
 
 
 def builtin_ptb_corpus(max_lines: int | None = None) -> Corpus:
