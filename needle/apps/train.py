@@ -496,18 +496,15 @@ def _summary(run: Run, m: dict[str, Any]) -> str:
                 f"{_plural(total, 'epoch')} (a larger --epochs extends the run)")
     if run.config["model"] in LANGUAGE_MODELS:
         result = f"held-out perplexity {math.exp(m['test_loss']):.2f}"
-        if m["epoch"] < total:
-            return (f"stopped after epoch {m['epoch']} of {total} ({result}); continue with "
-                    f"--resume {run.checkpoint}")
-        return (f"final: {result} (loss {m['test_loss']:.4f}), train perplexity "
-                f"{math.exp(m['train_loss']):.2f}, {_plural(total, 'epoch')}, "
-                f"{m['seconds']:.1f} s training on {run.device}")
+        train_result = f"train perplexity {math.exp(m['train_loss']):.2f}"
+    else:
+        result = f"test accuracy {100 * (1 - m['test_err']):.2f}%"
+        train_result = f"train accuracy {100 * (1 - m['train_err']):.2f}%"
     if m["epoch"] < total:
-        return (f"stopped after epoch {m['epoch']} of {total} (test accuracy "
-                f"{100 * (1 - m['test_err']):.2f}%); continue with --resume {run.checkpoint}")
-    return (f"final: test accuracy {100 * (1 - m['test_err']):.2f}% (loss {m['test_loss']:.4f}),"
-            f" train accuracy {100 * (1 - m['train_err']):.2f}%, {_plural(total, 'epoch')}, "
-            f"{m['seconds']:.1f} s training on {run.device}")
+        return (f"stopped after epoch {m['epoch']} of {total} ({result}); continue with "
+                f"--resume {run.checkpoint}")
+    return (f"final: {result} (loss {m['test_loss']:.4f}), {train_result}, "
+            f"{_plural(total, 'epoch')}, {m['seconds']:.1f} s training on {run.device}")
 
 
 def _fail(message: str, status: int) -> int:
