@@ -1,14 +1,17 @@
-"""The LSTM language model on the built-in Penn Treebank split: needle cpu vs PyTorch CPU.
+"""Language models on the built-in Penn Treebank split: needle cpu vs PyTorch CPU.
 
-1. One training epoch (embedding 100, hidden 100, 1 layer, batch 20, windows of 40 tokens,
-   SGD lr 4, gradients clipped at norm 0.25), each framework in a fresh process: seconds,
-   tokens per second, the ratio to PyTorch, and the peak memory of the epoch (peak RSS
-   minus the RSS once model and data were built). Then where needle's time goes (cProfile,
-   by function, in this process).
-2. With --epochs N: both train N epochs of the same recipe (needle-train --model lstm's
-   defaults) and report held-out perplexity after each.
+`--model lstm` (default), `rnn` or `transformer`, each with needle-train's recipe for it
+(lstm: embedding and hidden 100, 1 layer, SGD lr 4, gradients clipped at norm 0.25;
+transformer: width 64, 1 layer of 8 heads of 32, Adam lr 0.001 on a cosine schedule); batch
+20, windows of 40 tokens.
 
-    python benchmarks/ptb_lm.py [--epochs 5] [--threads N]
+1. One training epoch, each framework in a fresh process: seconds, tokens per second, the
+   ratio to PyTorch, and the peak memory of the epoch (peak RSS minus the RSS once model and
+   data were built). Then where needle's time goes (cProfile, by function, in this process).
+2. With --epochs N: both train N epochs of the same recipe and report held-out perplexity
+   after each.
+
+    python benchmarks/ptb_lm.py [--model lstm] [--epochs 5] [--threads N]
 """
 
 from __future__ import annotations
@@ -27,15 +30,22 @@ import numpy as np
 from rss import peak_rss_mb, reset_peak_rss, rss_mb
 
 import needle as ndl
-from needle.apps import simple_ml
+from needle.apps import simple_ml, train
 from needle.apps.models import LanguageModel
 from needle.data.ptb import batchify, builtin_ptb_corpus
 
-EMB = HIDDEN = 100
-BATCH, BPTT, LR, CLIP = 20, 40, 4.0, 0.25
+BATCH, BPTT = 20, 40  # the course's batch and window; the rest is needle-train's recipe
 
 
+def recipe(model: str) -> dict:
+    """needle-train's defaults for `model` (hidden size, optimizer, lr, schedule, clip)."""
+    return {**train.SETTINGS, **train.MODELS[model]}
 
+
+def lr_at(r: dict, epoch: int, epochs: int) -> float:
+    if r["schedule"] == "constant":
+        return r["lr"]
+    return r["lr"] * 0.5 * (1 + math.cos(math.pi * epoch / epochs))
 
 
 def data():
@@ -44,15 +54,21 @@ def data():
             len(corpus.dictionary))
 
 
-def needle_setup(vocab: int):
+def needle_setup(vocab: int, model_name: str = "lstm", epochs: int = 1):
+    r = recipe(model_name)
     np.random.seed(0)
-    model = LanguageModel(EMB, vocab, HIDDEN, seq_model="lstm", seq_len=BPTT)
-    opt = ndl.optim.SGD(model.parameters(), lr=LR)
+    h = r["hidden_dim"]
+    model = LanguageModel(h, vocab, h, seq_model=model_name, seq_len=BPTT)
+    optimizer = {"sgd": ndl.optim.SGD, "adam": ndl.optim.Adam}[r["optimizer"]]
+    opt = optimizer(model.parameters(), lr=r["lr"], weight_decay=r["weight_decay"])
     loss_fn = ndl.nn.SoftmaxLoss()
+    done = [0]
 
-    def epoch(train):
+    def epoch(train_data):
+        opt.lr = lr_at(r, done[0], epochs)
+        done[0] += 1
         model.train()
-        return simple_ml.run_lm_epoch(train, model, loss_fn, opt, BPTT, CLIP)
+        return simple_ml.run_lm_epoch(train_data, model, loss_fn, opt, BPTT, r["clip"] or None)
 
     def evaluate(test):
         model.eval()
@@ -60,56 +76,74 @@ def needle_setup(vocab: int):
     return epoch, evaluate
 
 
-def torch_setup(vocab: int):
+def torch_setup(vocab: int, model_name: str = "lstm", epochs: int = 1):
     import torch
     from torch import nn
+    from transformer import torch_transformer
 
+    r = recipe(model_name)
+    h = r["hidden_dim"]
     torch.manual_seed(0)
 
     class LM(nn.Module):
         def __init__(self):
             super().__init__()
-            self.embedding = nn.Embedding(vocab, EMB)
-            self.lstm = nn.LSTM(EMB, HIDDEN)
-            self.linear = nn.Linear(HIDDEN, vocab)
+            self.embedding = nn.Embedding(vocab, h)
+            if model_name == "transformer":  # needle's defaults: 1 layer, 8 heads of 32
+                self.seq = torch_transformer(h, h, 1, 8, 32, BPTT)
+            else:
+                self.seq = (nn.LSTM if model_name == "lstm" else nn.RNN)(h, h)
+            self.linear = nn.Linear(h, vocab)
 
-        def forward(self, x, h=None):
-            out, h = self.lstm(self.embedding(x), h)
-            return self.linear(out.reshape(-1, HIDDEN)), h
+        def forward(self, x, state=None):
+            out, state = self.seq(self.embedding(x), state)
+            return self.linear(out.reshape(-1, h)), state
 
     model = LM()
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    optimizer = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}[r["optimizer"]]
+    opt = optimizer(model.parameters(), lr=r["lr"], weight_decay=r["weight_decay"])
+    done = [0]
 
-    def run(batches, train):
-        model.train(train)
-        h, total, count = None, 0.0, 0
-        with torch.set_grad_enabled(train):
+    def detach(state):
+        if state is None:
+            return None
+        return tuple(t.detach() for t in state) if isinstance(state, tuple) else state.detach()
+
+    def run(batches, training):
+        if training:
+            for group in opt.param_groups:
+                group["lr"] = lr_at(r, done[0], epochs)
+            done[0] += 1
+        model.train(training)
+        state, total, count = None, 0.0, 0
+        with torch.set_grad_enabled(training):
             for i in range(0, batches.shape[0] - 1, BPTT):
                 n = min(BPTT, batches.shape[0] - 1 - i)
                 X = torch.from_numpy(batches[i:i + n].astype(np.int64))
                 y = torch.from_numpy(batches[i + 1:i + 1 + n].reshape(-1).astype(np.int64))
-                logits, h = model(X, h)
-                h = tuple(t.detach() for t in h)
+                logits, state = model(X, state)
+                state = detach(state)
                 loss = nn.functional.cross_entropy(logits, y)
-                if train:
+                if training:
                     opt.zero_grad()
                     loss.backward()
-                    nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+                    if r["clip"]:
+                        nn.utils.clip_grad_norm_(model.parameters(), r["clip"])
                     opt.step()
                 total += float(loss.detach()) * y.numel()
                 count += y.numel()
         return 0.0, total / count
-    return (lambda train: run(train, True)), (lambda test: run(test, False))
+    return (lambda train_data: run(train_data, True)), (lambda test: run(test, False))
 
 
-def one_process(which: str, threads: int | None) -> dict:
+def one_process(which: str, model: str, threads: int | None) -> dict:
     """One training epoch of one framework in this (fresh) process."""
     if threads:
         import torch
 
         torch.set_num_threads(threads)
     train, test, vocab = data()
-    epoch, _ = torch_setup(vocab) if which == "pytorch" else needle_setup(vocab)
+    epoch, _ = (torch_setup if which == "pytorch" else needle_setup)(vocab, model)
     reset_peak_rss()
     before = rss_mb()
     start = time.perf_counter()
@@ -122,12 +156,14 @@ def one_process(which: str, threads: int | None) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--epochs", type=int, default=0, help="perplexity runs of N epochs (0: none)")
+    p.add_argument("--model", choices=["rnn", "lstm", "transformer"], default="lstm",
+                   help="the sequence model, with needle-train's recipe for it (default: lstm)")
     p.add_argument("--rounds", type=int, default=2, help="alternating timed epochs per side")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     p.add_argument("--one", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:
-        print(json.dumps(one_process(args.one, args.threads)))
+        print(json.dumps(one_process(args.one, args.model, args.threads)))
         return
     import torch
 
@@ -139,13 +175,13 @@ def main() -> None:
     results: dict[str, list[dict]] = {"needle": [], "pytorch": []}
     for _ in range(args.rounds):
         for which in results:
-            cmd = [sys.executable, __file__, "--one", which]
+            cmd = [sys.executable, __file__, "--one", which, "--model", args.model]
             if args.threads:
                 cmd += ["--threads", str(args.threads)]
             out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
             results[which].append(json.loads(out.strip().splitlines()[-1]))
     base = float(np.median([r["s"] for r in results["pytorch"]]))
-    print("\none training epoch of the LSTM language model (median of the rounds):")
+    print(f"\none training epoch of the {args.model} language model (median of the rounds):")
     for which, rs in results.items():
         secs = float(np.median([r["s"] for r in rs]))
         tps = float(np.median([r["tokens_per_s"] for r in rs]))
@@ -153,7 +189,7 @@ def main() -> None:
               f"peak +{max(r['peak_mb'] for r in rs):.0f} MB")
 
     print("\nwhere needle's epoch goes (cProfile, top functions by own time):")
-    epoch, _ = needle_setup(vocab)
+    epoch, _ = needle_setup(vocab, args.model)
     profile = cProfile.Profile()
     profile.runcall(epoch, train)
     text = io.StringIO()
@@ -163,7 +199,7 @@ def main() -> None:
     if args.epochs:
         print(f"\n{args.epochs} epochs each, held-out perplexity after each epoch:")
         for name, setup in (("pytorch", torch_setup), ("needle", needle_setup)):
-            epoch, evaluate = setup(vocab)
+            epoch, evaluate = setup(vocab, args.model, args.epochs)
             start, line = time.perf_counter(), []
             for _ in range(args.epochs):
                 epoch(train)

@@ -313,7 +313,8 @@ def test_language_model_draws_embedding_then_sequence_model_then_linear(seq_mode
 def test_language_model_refuses_other_sequence_models():
     from needle.apps.models import LanguageModel
 
-    with pytest.raises(ValueError, match="seq_model must be 'rnn' or 'lstm', got 'gru'"):
+    with pytest.raises(ValueError, match="seq_model must be 'rnn', 'lstm' or 'transformer', "
+                                         "got 'gru'"):
         LanguageModel(4, 10, 4, seq_model="gru")
 
 

@@ -241,6 +241,8 @@ CASES = [
          lambda a, b: a @ np.swapaxes(b, -1, -2), [(5, 4), (2, 3, 4)]),
     Case("matmul_t_both", lambda a, b: ndl.MatMul(True, True)(a, b),
          lambda a, b: np.swapaxes(a, -1, -2) @ np.swapaxes(b, -1, -2), [(4, 5), (3, 4)]),
+    Case("matmul_rows_t_b", lambda a, b: ndl.MatMul(False, True)(a, b),
+         lambda a, b: a @ b.T, [(2, 3, 4), (5, 4)]),
     Case("matmul_vec", lambda a, b: a @ b, np.matmul, [(4,), (4, 3)]),
     Case("matmul_matvec", lambda a, b: a.matmul(b), np.matmul, [(3, 4), (4,)]),
     # tuples

@@ -58,7 +58,7 @@ class ResNet9(nn.Module):
 
 
 class LanguageModel(nn.Module):
-    """Embedding -> RNN or LSTM -> Linear: next-token logits for every position.
+    """Embedding -> RNN, LSTM or Transformer -> Linear: next-token logits for every position.
 
     Built in the course's order (Embedding, then the sequence model, then the Linear layer),
     so `np.random.seed(k)` draws the course's weights. `seq_len` is kept for course code.
@@ -68,16 +68,24 @@ class LanguageModel(nn.Module):
                  num_layers: int = 1, seq_model: str = "rnn", seq_len: int = 40,
                  device: ndl.Device | None = None, dtype: str = "float32"):
         super().__init__()
-        if seq_model not in ("rnn", "lstm"):
-            raise ValueError(f"LanguageModel: seq_model must be 'rnn' or 'lstm', got "
-                             f"{seq_model!r}")
+        if seq_model not in ("rnn", "lstm", "transformer"):
+            raise ValueError(f"LanguageModel: seq_model must be 'rnn', 'lstm' or "
+                             f"'transformer', got {seq_model!r}")
+        if seq_model == "transformer" and embedding_size != hidden_size:
+            raise ValueError(f"LanguageModel: the transformer keeps the embedding width, so "
+                             f"embedding_size ({embedding_size}) must equal hidden_size "
+                             f"({hidden_size})")
         self.embedding_size, self.output_size = embedding_size, output_size
         self.hidden_size, self.num_layers = hidden_size, num_layers
         self.seq_len = seq_len
         self.embedding = nn.Embedding(output_size, embedding_size, device=device, dtype=dtype)
-        seq = nn.RNN if seq_model == "rnn" else nn.LSTM
-        self.seq_model = seq(embedding_size, hidden_size, num_layers, device=device,
-                             dtype=dtype)
+        if seq_model == "transformer":
+            self.seq_model = nn.Transformer(embedding_size, hidden_size, num_layers,
+                                            device=device, dtype=dtype, sequence_len=seq_len)
+        else:
+            seq = nn.RNN if seq_model == "rnn" else nn.LSTM
+            self.seq_model = seq(embedding_size, hidden_size, num_layers, device=device,
+                                 dtype=dtype)
         self.linear = nn.Linear(hidden_size, output_size, device=device, dtype=dtype)
 
     def forward(self, x: ndl.Tensor, h=None):

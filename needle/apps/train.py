@@ -67,10 +67,16 @@ MODELS: dict[str, dict[str, Any]] = {
             "hidden_dim": 100, "schedule": "constant", "augment": 0, "clip": 0.25},
     "lstm": {"epochs": 5, "batch_size": 20, "optimizer": "sgd", "lr": 4.0, "weight_decay": 0.0,
              "hidden_dim": 100, "schedule": "constant", "augment": 0, "clip": 0.25},
+    # the decoder-only transformer (embedding = feed-forward width = hidden_dim, 8 heads of
+    # 32, one layer) trains with Adam instead
+    "transformer": {"epochs": 5, "batch_size": 20, "optimizer": "adam", "lr": 0.001,
+                    "weight_decay": 0.0, "hidden_dim": 64, "schedule": "cosine", "augment": 0,
+                    "clip": 0.25},
 }
-LANGUAGE_MODELS = ("rnn", "lstm")
+LANGUAGE_MODELS = ("rnn", "lstm", "transformer")
 LM_SEQ_LEN = 40  # tokens per window (the course's bptt)
-DATASETS = {"mlp": "MNIST", "cnn": "MNIST", "resnet9": "CIFAR-10", "rnn": "PTB", "lstm": "PTB"}
+DATASETS = {"mlp": "MNIST", "cnn": "MNIST", "resnet9": "CIFAR-10", "rnn": "PTB", "lstm": "PTB",
+            "transformer": "PTB"}
 # where a run computes and finds its data: stored too, but a resumed run may change them
 PLACES: dict[str, Any] = {"device": "cpu", "data_dir": None}
 
@@ -99,8 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     add = p.add_argument
     add("--model", choices=sorted(MODELS),
         help="mlp: the course's MLPResNet on MNIST; cnn: conv-BN-ReLU-pool blocks on MNIST; "
-             "resnet9: the course's ResNet9 on CIFAR-10, which needs --data-dir; rnn, lstm: "
-             "the course's LanguageModel on the built-in Penn Treebank split "
+             "resnet9: the course's ResNet9 on CIFAR-10, which needs --data-dir; rnn, lstm, "
+             "transformer: the course's LanguageModel on the built-in Penn Treebank split "
              f"(default: {d['model']})")
     add("--device", choices=sorted(DEVICES), help=f"where to compute (default: {d['device']})")
     add("--data-dir", type=Path,
@@ -252,7 +258,8 @@ def _resolve(parser: argparse.ArgumentParser, args: argparse.Namespace,
     if model not in MODELS:  # only a stored value can get here
         parser.error(f"--model: unknown {model!r}, choose from {sorted(MODELS)}")
     if args.hidden_dim is not None and model not in ("mlp", *LANGUAGE_MODELS):
-        parser.error(f"--hidden-dim applies to --model mlp, rnn and lstm only, not {model}")
+        parser.error(f"--hidden-dim applies to --model mlp, rnn, lstm and transformer only, "
+                     f"not {model}")
     if args.augment and model in LANGUAGE_MODELS:
         parser.error(f"--augment applies to image models, not {model}")
     for key, default in {**SETTINGS, **MODELS[model], **PLACES}.items():
@@ -397,7 +404,9 @@ def train(run: Run, progress: dict[str, int] | None = None) -> dict[str, Any]:
     lm = cfg["model"] in LANGUAGE_MODELS
     name = {"mlp": f"MLPResNet(hidden {cfg['hidden_dim']})", "cnn": "MNISTConvNet",
             "resnet9": "ResNet9", "rnn": f"LanguageModel(rnn, hidden {cfg['hidden_dim']})",
-            "lstm": f"LanguageModel(lstm, hidden {cfg['hidden_dim']})"}[cfg["model"]]
+            "lstm": f"LanguageModel(lstm, hidden {cfg['hidden_dim']})",
+            "transformer": f"LanguageModel(transformer, hidden {cfg['hidden_dim']})",
+            }[cfg["model"]]
     sizes = ((run.train_loader.size, run.test_loader.size, "held-out tokens") if lm else
              (len(run.train_loader.dataset), len(run.test_loader.dataset), "test images"))
     say(f"needle-train: {name} on {DATASETS[cfg['model']]}, {sizes[0]} training / {sizes[1]} "

@@ -26,14 +26,21 @@ class MatMul(TensorOp):
             if m != n and m != 1 and n != 1:
                 raise ValueError(f"matmul: the batch dimensions of shapes {tuple(a.shape)} and "
                                  f"{tuple(b.shape)} do not broadcast")
+        xp = namespace(a)
         if self.transpose_a:
-            a = namespace(a).matrix_transpose(a)
+            a = xp.matrix_transpose(a)
         if self.transpose_b:
-            b = namespace(b).matrix_transpose(b)
+            b = xp.matrix_transpose(b)
         if a.shape[-1] != b.shape[-2]:
             raise ValueError(
                 f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} are not aligned"
             )
+        if a.ndim > 2 and b.ndim == 2:
+            # a stack of rows times one matrix (Linear on (B, T, F)): one 2-d product, where
+            # a batched matmul would make one small product per leading index
+            lead = tuple(a.shape[:-1])
+            out = xp.reshape(a, (-1, a.shape[-1])) @ b
+            return xp.reshape(out, lead + (b.shape[-1],))
         return a @ b
 
     def gradient(self, out_grad, node):
@@ -47,8 +54,15 @@ class MatMul(TensorOp):
             grad_a = sum_to_shape(MatMul(tb, True)(b, out_grad) if ta else
                                   MatMul(False, not tb)(out_grad, b), a.shape)
         if b.requires_grad:
-            grad_b = sum_to_shape(MatMul(True, ta)(out_grad, a) if tb else
-                                  MatMul(not ta, False)(a, out_grad), b.shape)
+            if b.ndim == 2 and a.ndim > 2 and not ta:
+                # the batch folded into the rows: one (F, N) @ (N, out) product, no batch sum
+                rows_a = reshape(a, (-1, a.shape[-1]))
+                rows_g = reshape(out_grad, (-1, out_grad.shape[-1]))
+                grad_b = (MatMul(True, False)(rows_g, rows_a) if tb else
+                          MatMul(True, False)(rows_a, rows_g))
+            else:
+                grad_b = sum_to_shape(MatMul(True, ta)(out_grad, a) if tb else
+                                      MatMul(not ta, False)(a, out_grad), b.shape)
         return grad_a, grad_b
 
 

@@ -1,0 +1,201 @@
+"""Attention and the Transformer (the course's hw4_extra API): MultiHeadAttention,
+AttentionLayer, TransformerLayer, Transformer.
+
+Attention tensors are (B, H, T, D): batch, heads, time, head dimension. The heads are batch
+dimensions of one batched matmul, so no Python loop runs over the batch or the heads.
+Parameters are drawn in the course's order (listed in each constructor), so a seeded numpy
+state gives the course's weights; dropout masks are drawn in forward order.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .. import init, ops
+from ..autograd import Tensor
+from ..backends import Device
+from .embedding import Embedding
+from .layers import Dropout, Linear, ReLU, Sequential
+from .module import Module, check_size
+from .norm import LayerNorm1d
+
+# the course's -np.finfo(np.float32).max: "minus infinity" that stays finite in float32
+_NEG_MAX = -3.4028234663852886e38
+
+
+def _check_4d(name: str, x: Tensor) -> None:
+    if not isinstance(x, Tensor) or x.ndim != 4:
+        found = x.shape if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"MultiHeadAttention: expected {name} of shape (B, H, T, D), "
+                         f"found {found}")
+
+
+class MultiHeadAttention(Module):
+    """probs = Dropout(softmax(q @ k^T / sqrt(D) + mask)); result = probs @ v."""
+
+    def __init__(self, *, dropout: float = 0.0, causal: bool = False,
+                 device: Device | None = None, dtype: str = "float32"):
+        super().__init__()  # device and dtype: the course's signature (no parameters here)
+        self.causal = bool(causal)
+        self.dropout = Dropout(dropout)
+
+    def create_causal_mask(self, i: int, j: int, device: Device, dtype) -> Tensor:
+        """(1, 1, i, j): -float32 max above the diagonal (key after query), 0 on and below."""
+        xp = device.xp
+        later = xp.arange(j)[None, :] > xp.arange(i)[:, None]  # triu(ones(i, j), k=1)
+        mask = xp.astype(later, dtype) * _NEG_MAX
+        return Tensor.make_const(xp.reshape(mask, (1, 1, i, j)), device=device)
+
+    def softmax(self, logit: Tensor) -> Tensor:
+        """Softmax over the last axis, exp(logsoftmax): max-stabilised, finite for rows
+        that are all -float32 max."""
+        return ops.exp(ops.logsoftmax(logit, -1))
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """q (B, H, T, D), k and v (B, H, T_k, D) -> (result (B, H, T, D),
+        probs (B, H, T, T_k)), probs after dropout."""
+        for name, x in (("q", q), ("k", k), ("v", v)):
+            _check_4d(name, x)
+        B, H, T, D = q.shape
+        T_k = k.shape[2]
+        if k.shape != (B, H, T_k, D) or v.shape != k.shape:
+            raise ValueError(f"MultiHeadAttention: expected k and v of shape (B, H, T_k, D) = "
+                             f"({B}, {H}, T_k, {D}), found q {q.shape}, k {k.shape}, "
+                             f"v {v.shape}")
+        logits = (q @ ops.transpose(k)) / math.sqrt(D)
+        if self.causal:
+            dtype = q.realize_cached_data().dtype
+            logits = logits + self.create_causal_mask(T, T_k, q.device, dtype)
+        probs = self.dropout(self.softmax(logits))
+        return probs @ v, probs
+
+    def extra_repr(self) -> str:
+        return f"dropout={self.dropout.p}, causal={self.causal}"
+
+
+class AttentionLayer(Module):
+    """Pre-norm multi-head attention: LayerNorm1d on q, k, v, bias-free projections to
+    H * D features, attention over (B, H, T, D) heads, and an output projection."""
+
+    def __init__(self, q_features: int, num_head: int, dim_head: int, *,
+                 k_features: int | None = None, v_features: int | None = None,
+                 out_features: int | None = None, dropout: float = 0.0, causal: bool = True,
+                 device: Device | None = None, dtype: str = "float32"):
+        super().__init__()
+        self.q_features = q_features = check_size("AttentionLayer", "q_features", q_features)
+        k_features = q_features if k_features is None else k_features
+        v_features = q_features if v_features is None else v_features
+        out_features = q_features if out_features is None else out_features
+        self.k_features = check_size("AttentionLayer", "k_features", k_features)
+        self.v_features = check_size("AttentionLayer", "v_features", v_features)
+        self.out_features = check_size("AttentionLayer", "out_features", out_features)
+        self.num_head = check_size("AttentionLayer", "num_head", num_head)
+        self.dim_head = check_size("AttentionLayer", "dim_head", dim_head)
+        inner = self.num_head * self.dim_head
+        kw = dict(device=device, dtype=dtype)
+        # the course's order: the norms (no draws), then q, k, v and out projections
+        self.prenorm_q = LayerNorm1d(q_features, **kw)
+        self.prenorm_k = LayerNorm1d(self.k_features, **kw)
+        self.prenorm_v = LayerNorm1d(self.v_features, **kw)
+        self.q_projection = Linear(q_features, inner, bias=False, **kw)
+        self.k_projection = Linear(self.k_features, inner, bias=False, **kw)
+        self.v_projection = Linear(self.v_features, inner, bias=False, **kw)
+        self.attn = MultiHeadAttention(dropout=dropout, causal=causal, **kw)
+        self.out_projection = Linear(inner, self.out_features, bias=False, **kw)
+
+    def _heads(self, x: Tensor, norm: LayerNorm1d, projection: Linear) -> Tensor:
+        """(B, T, F) -> normalised, projected and split into heads: (B, H, T, D)."""
+        if x.ndim != 3:
+            raise ValueError(f"AttentionLayer: expected inputs of shape (B, T, features), "
+                             f"found {x.shape}")
+        B, T, _ = x.shape
+        y = projection(norm(x))
+        return ops.permute(ops.reshape(y, (B, T, self.num_head, self.dim_head)), (0, 2, 1, 3))
+
+    def forward(self, q: Tensor, k: Tensor | None = None, v: Tensor | None = None) -> Tensor:
+        """q (B, T, q_features), k and v (B, T_k, k/v_features), default q ->
+        (B, T, out_features)."""
+        k = q if k is None else k
+        v = q if v is None else v
+        qh = self._heads(q, self.prenorm_q, self.q_projection)
+        kh = self._heads(k, self.prenorm_k, self.k_projection)
+        vh = self._heads(v, self.prenorm_v, self.v_projection)
+        x, _ = self.attn(qh, kh, vh)
+        B, H, T, D = x.shape
+        x = ops.reshape(ops.permute(x, (0, 2, 1, 3)), (B, T, H * D))
+        return self.out_projection(x)
+
+    def extra_repr(self) -> str:
+        return f"{self.q_features}, num_head={self.num_head}, dim_head={self.dim_head}"
+
+
+class TransformerLayer(Module):
+    """x + Dropout(Attention(x)), then x + Dropout(Linear2(Dropout(ReLU(Linear1(LN(x))))))."""
+
+    def __init__(self, q_features: int, num_head: int, dim_head: int, hidden_size: int, *,
+                 dropout: float = 0.0, causal: bool = True, device: Device | None = None,
+                 dtype: str = "float32"):
+        super().__init__()
+        kw = dict(device=device, dtype=dtype)
+        # the course's order: attention, then the two feed-forward Linears (weight, bias each)
+        self.attn = AttentionLayer(q_features, num_head, dim_head, dropout=dropout,
+                                   causal=causal, **kw)
+        self.linear1 = Linear(q_features, hidden_size, **kw)
+        self.linear2 = Linear(hidden_size, q_features, **kw)
+        self.norm = LayerNorm1d(q_features, **kw)
+        self.relu = ReLU()
+        self.dropout = Dropout(dropout)  # one module, applied three times: three masks
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x (B, T, q_features) -> the same shape."""
+        x = x + self.dropout(self.attn(x))
+        hidden = self.dropout(self.relu(self.linear1(self.norm(x))))
+        return x + self.dropout(self.linear2(hidden))
+
+
+class Transformer(Module):
+    """A learned positional embedding, then `num_layers` TransformerLayers; a drop-in for
+    an RNN in LanguageModel: forward returns (output, zeros)."""
+
+    def __init__(self, embedding_size: int, hidden_size: int, num_layers: int, *,
+                 num_head: int = 8, dim_head: int = 32, dropout: float = 0.0,
+                 causal: bool = True, device: Device | None = None, dtype: str = "float32",
+                 batch_first: bool = False, sequence_len: int = 2048):
+        super().__init__()
+        self.embedding_size = check_size("Transformer", "embedding_size", embedding_size)
+        self.hidden_size = check_size("Transformer", "hidden_size", hidden_size)
+        self.num_layers = check_size("Transformer", "num_layers", num_layers)
+        self.sequence_len = check_size("Transformer", "sequence_len", sequence_len)
+        self.batch_first = bool(batch_first)
+        kw = dict(device=device, dtype=dtype)
+        # the course's order: the positional table first, then the layers
+        self.pos_embedding = Embedding(self.sequence_len, self.embedding_size, **kw)
+        self.layers = Sequential(*[
+            TransformerLayer(self.embedding_size, num_head, dim_head, self.hidden_size,
+                             dropout=dropout, causal=causal, **kw)
+            for _ in range(self.num_layers)])
+
+    def forward(self, x: Tensor, h=None) -> tuple[Tensor, Tensor]:
+        """x (T, B, E), or (B, T, E) when batch_first -> (output in x's layout, zeros);
+        `h` is ignored (the RNN signature)."""
+        if not isinstance(x, Tensor) or x.ndim != 3 or x.shape[2] != self.embedding_size:
+            layout = "(B, T, E)" if self.batch_first else "(T, B, E)"
+            found = x.shape if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"Transformer: expected x of shape {layout} with E="
+                             f"{self.embedding_size}, found {found}")
+        if not self.batch_first:
+            x = ops.transpose(x, (0, 1))
+        T = x.shape[1]
+        if T > self.sequence_len:
+            raise ValueError(f"Transformer: the sequence length {T} exceeds sequence_len="
+                             f"{self.sequence_len}")
+        positions = x.device.xp.arange(T)
+        x = x + self.pos_embedding(positions)  # (T, E) broadcast over the batch
+        x = self.layers(x)
+        if not self.batch_first:
+            x = ops.transpose(x, (0, 1))
+        return x, init.zeros_like(x)
+
+    def extra_repr(self) -> str:
+        return (f"{self.embedding_size}, {self.hidden_size}, num_layers={self.num_layers}, "
+                f"batch_first={self.batch_first}, sequence_len={self.sequence_len}")

@@ -1,0 +1,322 @@
+"""Attention and the Transformer: MultiHeadAttention, AttentionLayer, TransformerLayer and
+Transformer against PyTorch (weights copied in) and a numpy reference, the course's draw
+order, dropout masks drawn in forward order, the causal mask, errors and finite differences."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import needle as ndl
+from needle import ops
+from needle.nn import Embedding, LayerNorm1d, Linear
+from needle.nn.transformer import (
+    AttentionLayer,
+    MultiHeadAttention,
+    Transformer,
+    TransformerLayer,
+)
+from needle.testing import check_gradients
+
+NEG_MAX = -np.finfo(np.float32).max
+TOL = dict(rtol=1e-5, atol=1e-5)
+# the small sizes: batch, time, embedding, heads, head dimension, hidden
+B, T, E, H, D, HIDDEN = 2, 5, 8, 2, 4, 16
+
+
+def tensor(a, device, dtype="float32", requires_grad=False):
+    return ndl.Tensor(np.asarray(a), device=device, dtype=dtype, requires_grad=requires_grad)
+
+
+def data(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+def backward(out, c, device):
+    """Backpropagate sum(out * c)."""
+    ops.summation(out * tensor(c, device)).backward()
+
+
+def projections(layer):
+    return [layer.q_projection, layer.k_projection, layer.v_projection, layer.out_projection]
+
+
+# ----- numpy reference (float64; `drop` applies a dropout mask, drawn from numpy) -------------
+def no_drop(a):
+    return a
+
+
+def dropper(p):
+    """The course's dropout on numpy arrays: one np.random.rand draw per call."""
+    return lambda a: a * (np.random.rand(*a.shape) < 1 - p) / (1 - p)
+
+
+def np_softmax(z):
+    e = np.exp(z - z.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def np_mha(q, k, v, causal, drop=no_drop):
+    z = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    if causal:
+        z = z + NEG_MAX * np.triu(np.ones(z.shape[-2:]), 1)
+    probs = drop(np_softmax(z))
+    return probs @ v, probs
+
+
+def np_layer_norm(x, norm):
+    x = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + norm.eps)
+    return x * norm.weight.numpy() + norm.bias.numpy()
+
+
+def np_attention(layer, q, k, v, drop=no_drop):
+    def heads(x, norm, proj):
+        y = np_layer_norm(x, norm) @ proj.weight.numpy()
+        return y.reshape(x.shape[:2] + (layer.num_head, -1)).transpose(0, 2, 1, 3)
+    out, _ = np_mha(heads(q, layer.prenorm_q, layer.q_projection),
+                    heads(k, layer.prenorm_k, layer.k_projection),
+                    heads(v, layer.prenorm_v, layer.v_projection), layer.attn.causal, drop)
+    out = out.transpose(0, 2, 1, 3).reshape(q.shape[:2] + (-1,))
+    return out @ layer.out_projection.weight.numpy()
+
+
+def np_transformer_layer(layer, x, drop=no_drop):
+    x = x + drop(np_attention(layer.attn, x, x, x, drop))
+    w1, b1, w2, b2 = (p.numpy() for p in (layer.linear1.weight, layer.linear1.bias,
+                                          layer.linear2.weight, layer.linear2.bias))
+    h = drop(np.maximum(np_layer_norm(x, layer.norm) @ w1 + b1, 0))
+    return x + drop(h @ w2 + b2)
+
+
+# ----- PyTorch reference (float32; the needle parameters become torch leaves) ----------------
+class Mirror:
+    """Torch leaf copies of needle parameters (needle Linear weights are (in, out) = W^T),
+    made once each, so their gradients can be compared."""
+
+    def __init__(self, torch):
+        self.torch, self.leaves = torch, {}
+
+    def __call__(self, p):
+        if id(p) not in self.leaves:
+            self.leaves[id(p)] = self.torch.tensor(p.numpy(), requires_grad=True)
+        return self.leaves[id(p)]
+
+    def grad(self, p):
+        return self.leaves[id(p)].grad.numpy()
+
+
+def torch_attention(F, w, layer, q, k, v):
+    def heads(x, norm, proj):
+        y = F.layer_norm(x, x.shape[-1:], w(norm.weight), w(norm.bias), norm.eps)
+        y = y @ w(proj.weight)
+        return y.reshape(x.shape[:2] + (layer.num_head, -1)).transpose(1, 2)
+    out = F.scaled_dot_product_attention(heads(q, layer.prenorm_q, layer.q_projection),
+                                         heads(k, layer.prenorm_k, layer.k_projection),
+                                         heads(v, layer.prenorm_v, layer.v_projection),
+                                         is_causal=layer.attn.causal)
+    out = out.transpose(1, 2).reshape(q.shape[:2] + (-1,))
+    return out @ w(layer.out_projection.weight)
+
+
+def torch_transformer_layer(F, w, layer, x):
+    x = x + torch_attention(F, w, layer.attn, x, x, x)
+    n = layer.norm
+    h = F.layer_norm(x, x.shape[-1:], w(n.weight), w(n.bias), n.eps)
+    h = F.relu(h @ w(layer.linear1.weight) + w(layer.linear1.bias))
+    return x + h @ w(layer.linear2.weight) + w(layer.linear2.bias)
+
+
+def torch_transformer(F, w, model, x):
+    x = x.transpose(0, 1) + w(model.pos_embedding.weight)[:x.shape[0]]
+    for layer in model.layers:
+        x = torch_transformer_layer(F, w, layer, x)
+    return x.transpose(0, 1)
+
+
+def compare_with_torch(torch, device, module, inputs, reference, weights):
+    """Outputs and the gradients of `weights` of needle's `module(*inputs)` and
+    `reference(F, mirror, *torch inputs)` agree, with the cotangent c: d sum(out * c)."""
+    out = module(*[tensor(a, device) for a in inputs])
+    c = data(*out.shape, seed=9)
+    backward(out, c, device)
+    w = Mirror(torch)
+    t_out = reference(torch.nn.functional, w,
+                      *[torch.tensor(a, dtype=torch.float32) for a in inputs])
+    (t_out * torch.tensor(c, dtype=torch.float32)).sum().backward()
+    np.testing.assert_allclose(out.numpy(), t_out.detach().numpy(), **TOL)
+    for p in weights:
+        np.testing.assert_allclose(p.grad.numpy(), w.grad(p), **TOL)
+
+
+# ----- against PyTorch --------------------------------------------------------------------------
+@pytest.mark.parametrize("causal", [False, True])
+def test_multi_head_attention_matches_pytorch(causal, device):
+    torch = pytest.importorskip("torch")
+    T_k = T if causal else 3
+    q, k, v = data(B, H, T, D, seed=1), data(B, H, T_k, D, seed=2), data(B, H, T_k, D, seed=3)
+    mha = MultiHeadAttention(causal=causal, device=device)
+    out, probs = mha(*[tensor(a, device) for a in (q, k, v)])
+    tq, tk, tv = (torch.tensor(a, dtype=torch.float32) for a in (q, k, v))
+    expected = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
+    np.testing.assert_allclose(out.numpy(), expected.numpy(), **TOL)
+    assert probs.shape == (B, H, T, T_k)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_layer_matches_pytorch(causal, device):
+    torch = pytest.importorskip("torch")
+    np.random.seed(0)
+    layer = AttentionLayer(E, H, D, k_features=6, v_features=7, out_features=3,
+                           causal=causal, device=device)
+    T_k = T if causal else 4
+    inputs = (data(B, T, E, seed=1), data(B, T_k, 6, seed=2), data(B, T_k, 7, seed=3))
+    compare_with_torch(torch, device, layer, inputs,
+                       lambda F, w, q, k, v: torch_attention(F, w, layer, q, k, v),
+                       [p.weight for p in projections(layer)])
+
+
+def test_transformer_layer_matches_pytorch(device):
+    torch = pytest.importorskip("torch")
+    np.random.seed(0)
+    layer = TransformerLayer(E, H, D, HIDDEN, device=device)
+    compare_with_torch(torch, device, layer, (data(B, T, E, seed=1),),
+                       lambda F, w, x: torch_transformer_layer(F, w, layer, x),
+                       [p.weight for p in projections(layer.attn)] + [layer.linear1.weight])
+
+
+def test_transformer_matches_pytorch(device):
+    torch = pytest.importorskip("torch")
+    np.random.seed(0)
+    model = Transformer(E, HIDDEN, 2, num_head=H, dim_head=D, device=device, sequence_len=7)
+    weights = [p.weight for layer in model.layers for p in projections(layer.attn)]
+    compare_with_torch(torch, device, lambda x: model(x)[0], (data(T, B, E, seed=1),),
+                       lambda F, w, x: torch_transformer(F, w, model, x),
+                       weights + [model.pos_embedding.weight])
+
+
+# ----- against numpy (runs without torch) -----------------------------------------------------
+@pytest.mark.parametrize("causal, T_k, p", [(False, 3, 0.0), (True, T, 0.0), (True, T, 0.5)])
+def test_multi_head_attention_matches_numpy(causal, T_k, p, device):
+    q, k, v = data(B, H, T, D, seed=1), data(B, H, T_k, D, seed=2), data(B, H, T_k, D, seed=3)
+    mha = MultiHeadAttention(dropout=p, causal=causal, device=device)
+    np.random.seed(4)
+    out, probs = mha(*[tensor(a, device) for a in (q, k, v)])
+    np.random.seed(4)
+    expected, expected_probs = np_mha(q, k, v, causal, dropper(p) if p else no_drop)
+    np.testing.assert_allclose(probs.numpy(), expected_probs, **TOL)  # probs after dropout
+    np.testing.assert_allclose(out.numpy(), expected, **TOL)
+
+
+def test_dropout_masks_in_forward_order(device, monkeypatch):
+    """Training with p > 0: the masks of the probs, the attention output, the ReLU and the
+    second Linear, in that order, each one np.random.rand draw; eval draws none."""
+    np.random.seed(0)
+    layer = TransformerLayer(E, H, D, HIDDEN, dropout=0.5, device=device)
+    x = data(B, T, E, seed=1)
+    np.random.seed(5)
+    out = layer(tensor(x, device))
+    np.random.seed(5)
+    np.testing.assert_allclose(out.numpy(), np_transformer_layer(layer, x, dropper(0.5)), **TOL)
+
+    calls, real = [], np.random.rand
+    monkeypatch.setattr(np.random, "rand", lambda *shape: calls.append(shape) or real(*shape))
+    layer(tensor(x, device))
+    assert calls == [(B, H, T, T), (B, T, E), (B, T, HIDDEN), (B, T, E)]
+    calls.clear()
+    out = layer.eval()(tensor(x, device))
+    assert calls == []
+    np.testing.assert_allclose(out.numpy(), np_transformer_layer(layer, x), **TOL)
+
+
+def test_transformer_draw_order(device):
+    """The positional table first, then per layer the q, k, v, out projections (no bias) and
+    the two feed-forward Linears (weight, bias); the LayerNorms draw nothing."""
+    np.random.seed(3)
+    model = Transformer(E, HIDDEN, 2, num_head=H, dim_head=D, sequence_len=6, device=device)
+    after = np.random.rand()
+    np.random.seed(3)
+    expected = [Embedding(6, E, device=device).weight]
+    for _ in range(2):
+        expected += [Linear(E, H * D, bias=False, device=device).weight for _ in range(3)]
+        expected += [Linear(H * D, E, bias=False, device=device).weight]
+        for n_in, n_out in ((E, HIDDEN), (HIDDEN, E)):
+            lin = Linear(n_in, n_out, device=device)
+            expected += [lin.weight, lin.bias]
+    assert np.random.rand() == after
+    named = list(model.named_parameters())
+    drawn = [p for name, p in named if "norm" not in name]
+    assert len(drawn) == len(expected)
+    for got, want in zip(drawn, expected):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    norms = [p.numpy() for name, p in named if "norm" in name]
+    assert len(norms) == 2 * 4 * 2  # q, k, v and feed-forward norms, weight and bias
+    assert all(np.all(a == 1) or np.all(a == 0) for a in norms)
+
+
+def test_attention_layer_draw_order_and_features(device):
+    np.random.seed(1)
+    layer = AttentionLayer(6, 2, 3, k_features=4, v_features=5, out_features=7, device=device)
+    np.random.seed(1)
+    expected = [Linear(n, 6, bias=False, device=device).weight for n in (6, 4, 5)]
+    expected += [Linear(6, 7, bias=False, device=device).weight]
+    for got, want in zip(projections(layer), expected):
+        np.testing.assert_array_equal(got.weight.numpy(), want.numpy())
+    assert [n.dim for n in (layer.prenorm_q, layer.prenorm_k, layer.prenorm_v)] == [6, 4, 5]
+    q, k, v = (tensor(data(2, t, n), device) for t, n in ((3, 6), (3, 4), (3, 5)))
+    assert layer.attn.causal and layer(q, k, v).shape == (2, 3, 7)
+    assert isinstance(layer.prenorm_q, LayerNorm1d)
+
+
+def test_causal_mask(device):
+    mha = MultiHeadAttention(causal=True, device=device)
+    mask = mha.create_causal_mask(2, 3, device, device.xp.float32).numpy()
+    np.testing.assert_array_equal(mask, [[[[0, NEG_MAX, NEG_MAX], [0, 0, NEG_MAX]]]])
+    q = data(1, 2, 4, 3)
+    _, probs = mha(*[tensor(q * 10, device)] * 3)
+    probs = probs.numpy()
+    assert np.all(probs[..., np.triu(np.ones((4, 4), bool), 1)] == 0)
+    np.testing.assert_allclose(probs.sum(-1), 1, **TOL)
+
+
+def test_fully_masked_rows_stay_finite(device):
+    mha = MultiHeadAttention(causal=True, device=device)
+    logits = tensor(np.full((1, 1, 2, 3), NEG_MAX), device)
+    np.testing.assert_allclose(mha.softmax(logits).numpy(), np.full((1, 1, 2, 3), 1 / 3), **TOL)
+    # huge scores on top of the mask: still finite probabilities
+    q = data(1, 1, 3, 2) * 1e15
+    out, probs = mha(*[tensor(q, device)] * 3)
+    assert np.all(np.isfinite(probs.numpy())) and np.all(np.isfinite(out.numpy()))
+
+
+def test_batch_first_and_state(device):
+    x = data(T, B, E, seed=1)
+    outs = []
+    for batch_first in (False, True):
+        np.random.seed(0)
+        model = Transformer(E, HIDDEN, 1, num_head=H, dim_head=D, sequence_len=T,
+                            batch_first=batch_first, device=device)
+        out, h = model(tensor(x.transpose(1, 0, 2) if batch_first else x, device))
+        assert out.shape == h.shape and np.all(h.numpy() == 0)
+        outs.append(out.numpy())
+    np.testing.assert_allclose(outs[1], outs[0].transpose(1, 0, 2), **TOL)
+    assert (model.embedding_size, model.hidden_size, model.num_layers, model.sequence_len,
+            model.batch_first) == (E, HIDDEN, 1, T, True)
+
+
+def test_errors(device):
+    model = Transformer(E, HIDDEN, 1, num_head=H, dim_head=D, sequence_len=4, device=device)
+    with pytest.raises(ValueError, match=r"length 5 .*sequence_len=4"):
+        model(tensor(data(5, B, E), device))
+    with pytest.raises(ValueError, match="Transformer: expected x"):
+        model(tensor(data(5, B, E + 1), device))
+    mha = MultiHeadAttention(device=device)
+    q = tensor(data(1, 2, 3, 4), device)
+    with pytest.raises(ValueError, match="MultiHeadAttention"):
+        mha(q, tensor(data(1, 2, 3, 5), device), q)
+
+
+@pytest.mark.parametrize("causal, T_k", [(False, 4), (True, 3)])
+def test_multi_head_attention_gradients(causal, T_k, device):
+    mha = MultiHeadAttention(causal=causal, device=device)
+    check_gradients(lambda q, k, v: mha(q, k, v)[0], data(1, 2, 3, 2, seed=1),
+                    data(1, 2, T_k, 2, seed=2), data(1, 2, T_k, 2, seed=3), device=device)
