@@ -9,7 +9,8 @@ transformer: width 64, 1 layer of 8 heads of 32, Adam lr 0.001 on a cosine sched
    ratio to PyTorch, and the peak memory of the epoch (peak RSS minus the RSS once model and
    data were built). Then where needle's time goes (cProfile, by function, in this process).
 2. With --epochs N: both train N epochs of the same recipe and report held-out perplexity
-   after each.
+   after each; PyTorch twice, with its own initialisation and with needle's initial weights
+   copied in (the course's init differs from PyTorch's: this separates init from numerics).
 
     python benchmarks/ptb_lm.py [--model lstm] [--epochs 5] [--threads N]
 """
@@ -54,11 +55,16 @@ def data():
             len(corpus.dictionary))
 
 
+def needle_model(vocab: int, model_name: str) -> LanguageModel:
+    """needle's language model, its weights drawn after np.random.seed(0)."""
+    np.random.seed(0)
+    h = recipe(model_name)["hidden_dim"]
+    return LanguageModel(h, vocab, h, seq_model=model_name, seq_len=BPTT)
+
+
 def needle_setup(vocab: int, model_name: str = "lstm", epochs: int = 1):
     r = recipe(model_name)
-    np.random.seed(0)
-    h = r["hidden_dim"]
-    model = LanguageModel(h, vocab, h, seq_model=model_name, seq_len=BPTT)
+    model = needle_model(vocab, model_name)
     optimizer = {"sgd": ndl.optim.SGD, "adam": ndl.optim.Adam}[r["optimizer"]]
     opt = optimizer(model.parameters(), lr=r["lr"], weight_decay=r["weight_decay"])
     loss_fn = ndl.nn.SoftmaxLoss()
@@ -76,7 +82,25 @@ def needle_setup(vocab: int, model_name: str = "lstm", epochs: int = 1):
     return epoch, evaluate
 
 
-def torch_setup(vocab: int, model_name: str = "lstm", epochs: int = 1):
+def copy_weights(source: LanguageModel, target) -> None:
+    """needle's initial weights into the PyTorch model (same parameter order; Linear and
+    recurrent weights transposed, (1, n) biases flattened)."""
+    import torch
+
+    params = list(target.parameters())
+    if len(params) != len(source.parameters()):
+        raise ValueError(f"{len(source.parameters())} needle parameters, {len(params)} torch ones")
+    with torch.no_grad():
+        for mine, theirs in zip(source.parameters(), params):
+            value = mine.numpy()
+            if value.shape != tuple(theirs.shape):
+                value = value.T if value.T.shape == tuple(theirs.shape) else value.reshape(
+                    theirs.shape)
+            theirs.copy_(torch.from_numpy(np.ascontiguousarray(value)))
+
+
+def torch_setup(vocab: int, model_name: str = "lstm", epochs: int = 1,
+                same_init: bool = False):
     import torch
     from torch import nn
     from transformer import torch_transformer
@@ -100,6 +124,8 @@ def torch_setup(vocab: int, model_name: str = "lstm", epochs: int = 1):
             return self.linear(out.reshape(-1, h)), state
 
     model = LM()
+    if same_init:
+        copy_weights(needle_model(vocab, model_name), model)
     optimizer = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}[r["optimizer"]]
     opt = optimizer(model.parameters(), lr=r["lr"], weight_decay=r["weight_decay"])
     done = [0]
@@ -198,13 +224,17 @@ def main() -> None:
 
     if args.epochs:
         print(f"\n{args.epochs} epochs each, held-out perplexity after each epoch:")
-        for name, setup in (("pytorch", torch_setup), ("needle", needle_setup)):
-            epoch, evaluate = setup(vocab, args.model, args.epochs)
+        runs = [("pytorch", lambda: torch_setup(vocab, args.model, args.epochs)),
+                ("pytorch, needle's initial weights",
+                 lambda: torch_setup(vocab, args.model, args.epochs, same_init=True)),
+                ("needle", lambda: needle_setup(vocab, args.model, args.epochs))]
+        for name, setup in runs:
+            epoch, evaluate = setup()
             start, line = time.perf_counter(), []
             for _ in range(args.epochs):
                 epoch(train)
                 line.append(math.exp(evaluate(test)[1]))
-            print(f"  {name:8s} " + " ".join(f"{v:7.1f}" for v in line)
+            print(f"  {name:34s} " + " ".join(f"{v:7.1f}" for v in line)
                   + f"   ({time.perf_counter() - start:.0f} s)")
 
 
