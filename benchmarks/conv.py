@@ -17,12 +17,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 import time
 
 import numpy as np
-from rss import peak_rss_mb, reset_peak_rss, rss_mb
+from harness import fresh_process_rounds, timed_steps
 
 import needle as ndl
 
@@ -146,16 +144,7 @@ def one_process(which: str, steps: int, threads: int | None) -> dict:
 
         torch.set_num_threads(threads)
     step = torch_step() if which == "pytorch" else needle_step(which == "needle-portable")
-    reset_peak_rss()
-    before = rss_mb()  # model, optimizer and batch built; no step taken yet
-    step()
-    step()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return {"ms": 1e3 * float(np.median(times)), "peak_mb": peak_rss_mb() - before}
+    return timed_steps(step, steps)
 
 
 def main() -> None:
@@ -191,14 +180,10 @@ def main() -> None:
 
     print(f"\nResNet9 training step, batch {BATCH}, SGD ({args.rounds} rounds of "
           f"{args.steps} steps, each framework in a fresh process):")
-    results: dict[str, list[dict]] = {"needle": [], "needle-portable": [], "pytorch": []}
-    for _ in range(args.rounds):
-        for which in results:
-            cmd = [sys.executable, __file__, "--one", which, "--steps", str(args.steps)]
-            if args.threads:
-                cmd += ["--threads", str(args.threads)]
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-            results[which].append(json.loads(out.strip().splitlines()[-1]))
+    extra = ["--steps", str(args.steps)] + (["--threads", str(args.threads)] if args.threads
+                                            else [])
+    names = ["needle", "needle-portable", "pytorch"]
+    results = fresh_process_rounds(__file__, names, args.rounds, extra)
     base = float(np.median([r["ms"] for r in results["pytorch"]]))
     for which, rs in results.items():
         ms = float(np.median([r["ms"] for r in rs]))

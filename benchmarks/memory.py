@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-from rss import rss_mb
+from harness import rss_mb
 
 import needle as ndl
 from needle import autograd

@@ -23,12 +23,10 @@ import io
 import json
 import math
 import pstats
-import subprocess
-import sys
 import time
 
 import numpy as np
-from rss import peak_rss_mb, reset_peak_rss, rss_mb
+from harness import fresh_process_rounds, peak_rss_mb, reset_peak_rss, rss_mb
 
 import needle as ndl
 from needle.apps import simple_ml, train
@@ -198,14 +196,8 @@ def main() -> None:
     train, test, vocab = data()
     print(f"PTB built-in split: {train.size} training / {test.size} held-out tokens (batchified),"
           f" vocabulary {vocab}; torch {torch.__version__} ({torch.get_num_threads()} threads)")
-    results: dict[str, list[dict]] = {"needle": [], "pytorch": []}
-    for _ in range(args.rounds):
-        for which in results:
-            cmd = [sys.executable, __file__, "--one", which, "--model", args.model]
-            if args.threads:
-                cmd += ["--threads", str(args.threads)]
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-            results[which].append(json.loads(out.strip().splitlines()[-1]))
+    extra = ["--model", args.model] + (["--threads", str(args.threads)] if args.threads else [])
+    results = fresh_process_rounds(__file__, ["needle", "pytorch"], args.rounds, extra)
     base = float(np.median([r["s"] for r in results["pytorch"]]))
     print(f"\none training epoch of the {args.model} language model (median of the rounds):")
     for which, rs in results.items():

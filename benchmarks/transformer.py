@@ -15,12 +15,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import subprocess
-import sys
-import time
 
 import numpy as np
-from rss import peak_rss_mb, reset_peak_rss, rss_mb
+from harness import fresh_process_rounds, timed_steps
 
 import needle as ndl
 
@@ -122,16 +119,7 @@ def one_process(which: str, steps: int, threads: int | None) -> dict:
 
         torch.set_num_threads(threads)
     step = torch_step() if which == "pytorch" else needle_step()
-    reset_peak_rss()
-    before = rss_mb()
-    step()
-    step()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return {"ms": 1e3 * float(np.median(times)), "peak_mb": peak_rss_mb() - before}
+    return timed_steps(step, steps)
 
 
 def main() -> None:
@@ -146,14 +134,10 @@ def main() -> None:
         return
     print(f"Transformer(E={E}, hidden={HIDDEN}, layers={LAYERS}, heads={HEADS}, "
           f"dim_head={DIM_HEAD}) on (B={B}, T={T}); {args.rounds} rounds of {args.steps} steps")
-    results: dict[str, list[dict]] = {"needle": [], "pytorch": []}
-    for _ in range(args.rounds):
-        for which in results:
-            cmd = [sys.executable, __file__, "--one", which, "--steps", str(args.steps)]
-            if args.threads:
-                cmd += ["--threads", str(args.threads)]
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-            results[which].append(json.loads(out.strip().splitlines()[-1]))
+    extra = ["--steps", str(args.steps)] + (["--threads", str(args.threads)] if args.threads
+                                            else [])
+    names = ["needle", "pytorch"]
+    results = fresh_process_rounds(__file__, names, args.rounds, extra)
     base = float(np.median([r["ms"] for r in results["pytorch"]]))
     for which, rs in results.items():
         ms = float(np.median([r["ms"] for r in rs]))
