@@ -171,6 +171,15 @@ class Device:
         self._require()  # an unavailable device raises before the draw changes numpy's state
         return self.adopt_numpy(np.asarray(np.random.rand(*shape)))
 
+    def skip_rand(self, n: int) -> None:
+        """Advance numpy's global state exactly as `rand(n)` would, building nothing on this
+        device (Dropout at p = 0, where the course still draws a mask of all ones)."""
+        self._require()
+        while n > 0:  # in cache-sized chunks: the draws are thrown away
+            k = min(n, 1 << 16)
+            np.random.random_sample(k)
+            n -= k
+
     def randn(self, *shape) -> Any:
         """Standard normal float64 draws, `np.random.randn(*shape)`, placed on this device."""
         self._require()

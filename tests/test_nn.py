@@ -129,6 +129,16 @@ def test_dropout_training_uses_one_numpy_draw(device):
     assert np.random.rand() == after_forward  # exactly one draw of x's shape
 
 
+def test_dropout_p0_training_is_identity_but_draws_like_the_course(device):
+    x = T(data(4, 5), device)
+    np.random.seed(16)
+    assert nn.Dropout(0.0)(x) is x  # a mask of ones: no multiply, no node
+    after_forward = np.random.rand()
+    np.random.seed(16)
+    np.random.rand(4, 5)  # the course's (all-ones) mask draw
+    assert np.random.rand() == after_forward
+
+
 def test_dropout_eval_is_identity_and_draws_nothing(device):
     layer = nn.Dropout(0.5).eval()
     x = T(data(3, 4), device)

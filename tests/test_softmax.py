@@ -97,3 +97,66 @@ def test_softmax_loss_records_few_nodes(device):
     loss = nn.SoftmaxLoss()(logits, ndl.Tensor([0, 1, 2, 1], device=device, dtype="int64"))
     ops = [type(n.op).__name__ for n in autograd.find_topo_sort([loss]) if n.op is not None]
     assert ops == ["SoftmaxCrossEntropy"]  # one fused node
+
+
+def np_softmax(z, temperature=1.0, causal=False):
+    """float64 reference: the course's softmax of z / temperature (+ the causal mask)."""
+    z = np.asarray(z, np.float64) / temperature
+    if causal:
+        t, tk = z.shape[-2:]
+        z = z + np.triu(np.ones((t, tk)), k=1) * -np.finfo(np.float32).max
+    e = np.exp(z - z.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("temperature,causal", [(1.0, False), (4.0, True), (0.3, True)])
+def test_softmax_matches_numpy(temperature, causal, device):
+    z = np.random.default_rng(1).standard_normal((2, 3, 5, 5)).astype(np.float32) * 3
+    out = ndl.ops.softmax(ndl.Tensor(z, device=device), temperature, causal)
+    expected = np_softmax(z, temperature, causal)
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-7)
+    assert out.dtype == "float32"
+    if causal:  # keys after their query get exactly zero
+        assert (out.numpy()[..., np.triu_indices(5, 1)[0], np.triu_indices(5, 1)[1]] == 0).all()
+
+
+@pytest.mark.parametrize("big", BIG)
+def test_softmax_of_huge_and_fully_masked_float32_logits(big, device):
+    z = logits32(big)
+    out = ndl.ops.softmax(ndl.Tensor(z, device=device)).numpy()
+    np.testing.assert_allclose(out, np.exp(np_logsoftmax(z.astype(np.float64))), atol=1e-7)
+    masked = np.full((2, 4), -np.finfo(np.float32).max, np.float32)  # rows all "minus infinity"
+    out = ndl.ops.softmax(ndl.Tensor(masked, device=device), temperature=2.0).numpy()
+    np.testing.assert_array_equal(out, np.full((2, 4), 0.25, np.float32))
+
+
+@pytest.mark.parametrize("temperature,causal", [(1.0, False), (2.5, True)])
+def test_softmax_gradient(temperature, causal, device):
+    z = np.random.default_rng(2).standard_normal((2, 4, 3))
+    check_gradients(lambda a: ndl.ops.softmax(a, temperature, causal), z, device=device)
+
+
+@pytest.mark.parametrize("temperature,causal", [(1.0, False), (2.5, True)])
+def test_softmax_second_order(temperature, causal, device):
+    rng = np.random.default_rng(3)
+    c, d = rng.standard_normal((2, 3, 3)), rng.standard_normal((2, 3, 3))
+
+    def grad_dot_c(z):
+        (ndl.ops.softmax(z, temperature, causal) * ndl.Tensor(d, device=z.device)).sum().backward()
+        return (z.grad * ndl.Tensor(c, device=z.device)).sum()
+
+    check_gradients(grad_dot_c, rng.standard_normal((2, 3, 3)), device=device)
+
+
+def test_softmax_rejects_bad_arguments(device):
+    with pytest.raises(ValueError, match="temperature"):
+        ndl.ops.softmax(ndl.Tensor(np.zeros((2, 2)), device=device), temperature=0.0)
+    with pytest.raises(ValueError, match=r"causal.*\(3,\)"):
+        ndl.ops.softmax(ndl.Tensor(np.zeros(3), device=device), causal=True)
+
+
+def test_attention_softmax_records_one_node_each_way(device):
+    q = ndl.Tensor(np.random.default_rng(4).standard_normal((1, 2, 3, 4)), device=device)
+    _, probs = nn.MultiHeadAttention(causal=True)(q, q, q)  # training, dropout 0
+    ops = [type(n.op).__name__ for n in autograd.find_topo_sort([probs]) if n.op is not None]
+    assert ops == ["MatMul", "Softmax"]  # q kᵀ with k transposed inside the MatMul

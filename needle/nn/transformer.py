@@ -14,13 +14,11 @@ import math
 from .. import init, ops
 from ..autograd import Tensor
 from ..backends import Device
+from ..ops.softmax import NEG_MAX as _NEG_MAX  # the course's -np.finfo(np.float32).max
 from .embedding import Embedding
 from .layers import Dropout, Linear, ReLU, Sequential
 from .module import Module, check_size
 from .norm import LayerNorm1d
-
-# the course's -np.finfo(np.float32).max: "minus infinity" that stays finite in float32
-_NEG_MAX = -3.4028234663852886e38
 
 
 def _check_4d(name: str, x: Tensor) -> None:
@@ -47,9 +45,9 @@ class MultiHeadAttention(Module):
         return Tensor.make_const(xp.reshape(mask, (1, 1, i, j)), device=device)
 
     def softmax(self, logit: Tensor) -> Tensor:
-        """Softmax over the last axis, exp(logsoftmax): max-stabilised, finite for rows
-        that are all -float32 max."""
-        return ops.exp(ops.logsoftmax(logit, -1))
+        """Softmax over the last axis, exp(logit - max) / sum: finite for rows that are all
+        -float32 max."""
+        return ops.softmax(logit)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """q (B, H, T, D), k and v (B, H, T_k, D) -> (result (B, H, T, D),
@@ -62,11 +60,10 @@ class MultiHeadAttention(Module):
             raise ValueError(f"MultiHeadAttention: expected k and v of shape (B, H, T_k, D) = "
                              f"({B}, {H}, T_k, {D}), found q {q.shape}, k {k.shape}, "
                              f"v {v.shape}")
-        logits = (q @ ops.transpose(k)) / math.sqrt(D)
-        if self.causal:
-            dtype = q.realize_cached_data().dtype
-            logits = logits + self.create_causal_mask(T, T_k, q.device, dtype)
-        probs = self.dropout(self.softmax(logits))
+        # softmax(q kᵀ / sqrt(D) + mask) as one node: the scaling and the causal mask
+        # (create_causal_mask's, applied in place of its add) are fused into the softmax
+        logits = ops.MatMul(transpose_b=True)(q, k)
+        probs = self.dropout(ops.softmax(logits, temperature=math.sqrt(D), causal=self.causal))
         return probs @ v, probs
 
     def extra_repr(self) -> str:

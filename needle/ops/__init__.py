@@ -23,6 +23,7 @@ from .reduce import (
     LogSoftmax, LogSumExp, Max, SoftmaxCrossEntropy, SoftmaxCrossEntropyGrad, Summation,
     logsoftmax, logsumexp, max, softmax_cross_entropy, summation,
 )
+from .softmax import Softmax, SoftmaxGrad, softmax
 from .tuple import (
     FusedAddScalars, MakeTensorTuple, Split, Stack, TupleGetItem, fused_add_scalars,
     make_tuple, split, stack, tuple_get_item,
@@ -44,6 +45,7 @@ __all__ = [
     "AvgPool2dOp", "Fold2d", "MaxPool2dOp", "Unfold2d", "avg_pool2d", "fold2d",
     "max_pool2d", "unfold2d", "EmbeddingLookup", "SegmentSum", "embedding",
     "SoftmaxCrossEntropy", "SoftmaxCrossEntropyGrad", "softmax_cross_entropy",
+    "Softmax", "SoftmaxGrad", "softmax",
 ]
 
 __getattr__ = course_getattr(__name__)  # the course's `array_api` and `NDArray`, lazily

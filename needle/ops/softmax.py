@@ -1,0 +1,87 @@
+"""Softmax over the last axis, fused with attention's scaling and causal mask.
+
+As a composite, attention's `softmax(q kᵀ / sqrt(D) + mask)` costs four nodes forward (divide,
+add the mask, logsoftmax, exp) and as many gradient chains backward, each a pass over the
+(B, H, T, T_k) logits. Here it is one node, computed as the course's softmax is,
+exp(z - max) / sum(exp(z - max)), and its gradient is one node, y (g - sum(g y)) / temperature,
+whose own gradient (second order) is built from needle ops.
+"""
+
+from __future__ import annotations
+
+from ..autograd import Tensor, TensorOp
+from ..backends import namespace
+from .movement import broadcast_to, reshape
+from .reduce import _finite_max, summation
+
+# the course's causal mask value, -np.finfo(np.float32).max: finite, so masked logits
+# give exact zeros after the max shift rather than NaN
+NEG_MAX = -3.4028234663852886e38
+
+
+def _causal(xp, z):
+    """z with the entries of keys after their query (j > i over the last two axes) set to
+    NEG_MAX, as adding the course's -max * triu(ones, k=1) mask does in float32."""
+    i, j = z.shape[-2], z.shape[-1]
+    later = xp.arange(j, device=z.device)[None, :] > xp.arange(i, device=z.device)[:, None]
+    return xp.where(later, xp.asarray(NEG_MAX, dtype=z.dtype, device=z.device), z)
+
+
+class Softmax(TensorOp):
+    """softmax(a / temperature) over the last axis; with `causal`, a key after its query
+    (j > i over the last two axes) gets probability 0."""
+
+    def __init__(self, temperature: float = 1.0, causal: bool = False):
+        if not temperature > 0:
+            raise ValueError(f"softmax: temperature must be positive, found {temperature}")
+        self.temperature = float(temperature)
+        self.causal = bool(causal)
+
+    def compute(self, a):
+        xp = namespace(a)
+        if self.causal and a.ndim < 2:
+            raise ValueError(f"softmax: a causal mask needs 2 or more dimensions, found shape "
+                             f"{tuple(a.shape)}")
+        z = a / self.temperature if self.temperature != 1.0 else a
+        if self.causal:
+            z = _causal(xp, z)
+        e = xp.exp(z - _finite_max(xp, z, (a.ndim - 1,)))
+        return e / xp.sum(e, axis=-1, keepdims=True)
+
+    def gradient(self, out_grad, node):
+        return SoftmaxGrad(self.temperature)(node, out_grad)
+
+
+def softmax(a: Tensor, temperature: float = 1.0, causal: bool = False) -> Tensor:
+    """softmax(a / temperature) over the last axis, max-stabilised; `causal` masks keys
+    after their query (the last two axes)."""
+    return Softmax(temperature, causal)(a)
+
+
+class SoftmaxGrad(TensorOp):
+    """The adjoint of Softmax given its output y and output adjoint g:
+    y (g - sum(g y)) / temperature, sums over the last axis."""
+
+    def __init__(self, temperature: float = 1.0):
+        self.temperature = float(temperature)
+
+    def compute(self, y, g):
+        xp = namespace(y)
+        gy = g * y
+        out = gy - y * xp.sum(gy, axis=-1, keepdims=True)
+        return out / self.temperature if self.temperature != 1.0 else out
+
+    def gradient(self, h, node):
+        # F(y, g) = c y (g - s) with s = sum(g y) and c = 1 / temperature. F is linear in g:
+        # dF/dg . h = F(y, h); and dF/dy . h = c (h (g - s) - g sum(h y)).
+        y, g = node.inputs
+        grad_g = SoftmaxGrad(self.temperature)(y, h) if g.requires_grad else None
+        if not y.requires_grad:
+            return None, grad_g
+        shape, last = y.shape, y.ndim - 1
+
+        def row_sum(t: Tensor) -> Tensor:  # over the last axis, broadcast back
+            return broadcast_to(reshape(summation(t, (last,)), shape[:-1] + (1,)), shape)
+
+        grad_y = h * (g - row_sum(g * y)) - g * row_sum(h * y)
+        return grad_y / self.temperature, grad_g
