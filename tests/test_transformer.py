@@ -320,3 +320,30 @@ def test_multi_head_attention_gradients(causal, T_k, device):
     mha = MultiHeadAttention(causal=causal, device=device)
     check_gradients(lambda q, k, v: mha(q, k, v)[0], data(1, 2, 3, 2, seed=1),
                     data(1, 2, T_k, 2, seed=2), data(1, 2, T_k, 2, seed=3), device=device)
+
+
+def test_self_attention_shares_one_normalisation(device):
+    """k = v = q: one Normalize node feeds the three pre-norms, each with its own weight and
+    bias; output and every gradient equal those of passing k and v as separate tensors."""
+    np.random.seed(0)
+    layer = AttentionLayer(E, H, D, device=device)
+    rng = np.random.default_rng(7)
+    for norm in (layer.prenorm_q, layer.prenorm_k, layer.prenorm_v):
+        norm.weight.data = tensor(rng.standard_normal(E), device)
+        norm.bias.data = tensor(rng.standard_normal(E), device)
+    x, c = data(B, T, E, seed=1), data(B, T, E, seed=2)
+    results = []
+    for shared in (True, False):
+        args = [tensor(x, device, requires_grad=True) for _ in range(1 if shared else 3)]
+        out = layer(*args)
+        nodes = [type(n.op).__name__ for n in ndl.autograd.find_topo_sort([out])
+                 if n.op is not None]
+        assert nodes.count("Normalize") == (1 if shared else 3)
+        for p in layer.parameters():
+            p.grad = None
+        backward(out, c, device)
+        x_grad = sum(a.grad.numpy() for a in args)  # q's, k's and v's parts
+        results.append([out.numpy(), x_grad] + [p.grad.numpy() for p in layer.parameters()])
+    np.testing.assert_allclose(results[0][0], np_attention(layer, x, x, x), **TOL)
+    for got, expected in zip(results[0], results[1]):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)

@@ -104,7 +104,12 @@ class LayerNorm1d(Module):
         if not shape or shape[-1] != self.dim:
             raise ValueError(f"LayerNorm1d: expected input of shape (..., {self.dim}), "
                              f"found {shape}")
-        return ops.normalize(x, (len(shape) - 1,), self.eps) * self.weight + self.bias
+        return self.scale_shift(ops.normalize(x, (len(shape) - 1,), self.eps))
+
+    def scale_shift(self, normalized: Tensor) -> Tensor:
+        """normalized * weight + bias: the affine half of forward, for callers that share one
+        normalisation between several LayerNorms of the same input."""
+        return normalized * self.weight + self.bias
 
     def extra_repr(self) -> str:
         return f"{self.dim}, eps={self.eps}"

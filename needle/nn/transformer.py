@@ -100,13 +100,26 @@ class AttentionLayer(Module):
         self.attn = MultiHeadAttention(dropout=dropout, causal=causal, **kw)
         self.out_projection = Linear(inner, self.out_features, bias=False, **kw)
 
-    def _heads(self, x: Tensor, norm: LayerNorm1d, projection: Linear) -> Tensor:
-        """(B, T, F) -> normalised, projected and split into heads: (B, H, T, D)."""
-        if x.ndim != 3:
-            raise ValueError(f"AttentionLayer: expected inputs of shape (B, T, features), "
-                             f"found {x.shape}")
+    def _prenorms(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """prenorm_q(q), prenorm_k(k), prenorm_v(v). In self-attention (k and v are q) the
+        three LayerNorms differ only in weight and bias, so q is normalised once and shared:
+        the same numbers, a third of the statistics and of their gradient."""
+        for name, x in (("q", q), ("k", k), ("v", v)):
+            if not isinstance(x, Tensor) or x.ndim != 3:
+                found = x.shape if isinstance(x, Tensor) else type(x).__name__
+                raise ValueError(f"AttentionLayer: expected {name} of shape (B, T, features), "
+                                 f"found {found}")
+        norms = (self.prenorm_q, self.prenorm_k, self.prenorm_v)
+        if (k is q and v is q and q.shape[-1] == self.q_features
+                and all(type(n) is LayerNorm1d and n.eps == norms[0].eps for n in norms)):
+            shared = ops.normalize(q, (2,), norms[0].eps)
+            return tuple(n.scale_shift(shared) for n in norms)
+        return self.prenorm_q(q), self.prenorm_k(k), self.prenorm_v(v)
+
+    def _heads(self, x: Tensor, projection: Linear) -> Tensor:
+        """(B, T, F) normalised -> projected and split into heads: (B, H, T, D)."""
         B, T, _ = x.shape
-        y = projection(norm(x))
+        y = projection(x)
         return ops.permute(ops.reshape(y, (B, T, self.num_head, self.dim_head)), (0, 2, 1, 3))
 
     def forward(self, q: Tensor, k: Tensor | None = None, v: Tensor | None = None) -> Tensor:
@@ -114,9 +127,10 @@ class AttentionLayer(Module):
         (B, T, out_features)."""
         k = q if k is None else k
         v = q if v is None else v
-        qh = self._heads(q, self.prenorm_q, self.q_projection)
-        kh = self._heads(k, self.prenorm_k, self.k_projection)
-        vh = self._heads(v, self.prenorm_v, self.v_projection)
+        qn, kn, vn = self._prenorms(q, k, v)
+        qh = self._heads(qn, self.q_projection)
+        kh = self._heads(kn, self.k_projection)
+        vh = self._heads(vn, self.v_projection)
         x, _ = self.attn(qh, kh, vh)
         B, H, T, D = x.shape
         x = ops.reshape(ops.permute(x, (0, 2, 1, 3)), (B, T, H * D))

@@ -20,11 +20,11 @@ NEG_MAX = -3.4028234663852886e38
 
 
 def _causal(xp, z):
-    """z with the entries of keys after their query (j > i over the last two axes) set to
-    NEG_MAX, as adding the course's -max * triu(ones, k=1) mask does in float32."""
+    """z plus the course's mask, -max * triu(ones, k=1) over the last two axes: keys after
+    their query get NEG_MAX (float32 rounds any ordinary logit away)."""
     i, j = z.shape[-2], z.shape[-1]
     later = xp.arange(j, device=z.device)[None, :] > xp.arange(i, device=z.device)[:, None]
-    return xp.where(later, xp.asarray(NEG_MAX, dtype=z.dtype, device=z.device), z)
+    return z + xp.astype(later, z.dtype) * NEG_MAX
 
 
 class Softmax(TensorOp):
