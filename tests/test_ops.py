@@ -113,6 +113,11 @@ def np_softmax(a):
     return e / e.sum(axis=1, keepdims=True)
 
 
+def np_softmax_last(a):
+    e = np.exp(a - a.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
 def np_scatter(a, index, shape):
     out = np.zeros(shape)
     out[index] = a
@@ -296,6 +301,10 @@ CASES = [
     Case("softmax_cross_entropy_grad",
          lambda a, g: ndl.ops.SoftmaxCrossEntropyGrad(labels_on(a))(a, g),
          lambda a, g: g * (np_softmax(a) - np.eye(4)[LABELS]) / 3, [(3, 4), ()]),
+    Case("softmax_causal", lambda a: ndl.ops.softmax(a, 2.0, causal=True),
+         lambda a: np_softmax_last(a / 2.0 - np.triu(np.full((3, 3), np.inf), 1)), [(2, 3, 3)]),
+    Case("softmax_grad", lambda y, g: ndl.ops.SoftmaxGrad(2.0)(y, g),
+         lambda y, g: y * (g - (g * y).sum(-1, keepdims=True)) / 2.0, [(3, 4), (3, 4)]),
     Case("make_tuple", lambda a, b: ndl.make_tuple(a, b)[1] - ndl.make_tuple(a, b)[0],
          lambda a, b: b - a, [(3, 4), (3, 4)]),
 ]
