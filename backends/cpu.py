@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from .device import NUMERIC_KINDS, Device
-from .kernels import strided_im2col
+from .kernels import adam_in_place, sgd_in_place, strided_im2col
 
 _ONES: dict[np.dtype, np.ndarray] = {}  # the longest vector of ones used yet, per dtype
 _GEMV_ROWS = 2048  # below this many summed rows the ufunc is as fast
@@ -92,6 +92,16 @@ class CPUDevice(Device):
                padding: int) -> np.ndarray:
         """The windows as one zero-copy strided view of the padded input, copied once."""
         return strided_im2col(np.zeros, _read_only_strided, a, kernel, stride, padding)
+
+    in_place_updates = True
+
+    def adam_step(self, param, grad, m, v, **hyper) -> bool:
+        """In place, in L2-sized chunks (numpy's out=): one pass of cache traffic per array."""
+        return adam_in_place(np, param, grad, m, v, **hyper)
+
+    def sgd_step(self, param, grad, u, **hyper) -> bool:
+        """In place, in L2-sized chunks (numpy's out=)."""
+        return sgd_in_place(np, param, grad, u, **hyper)
 
     def index_add(self, indices: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
         """Sort the indices (stably, so each row keeps its order of addition) and add each

@@ -165,6 +165,21 @@ class Device:
         portable one-hot matmul)."""
         return None
 
+    #: whether adam_step and sgd_step update in place (optimizers then own their arrays)
+    in_place_updates: bool = False
+
+    def adam_step(self, param: Any, grad: Any, m: Any, v: Any, *, lr_t: float, beta1: float,
+                  beta2: float, eps_t: float, weight_decay: float) -> bool:
+        """Adam's update of `param`, `m` and `v` in place (optim/adam.py's rule, to the bit);
+        False where the device has no kernel or cannot (the optimizer's portable update)."""
+        return False
+
+    def sgd_step(self, param: Any, grad: Any, u: Any, *, lr: float, momentum: float,
+                 weight_decay: float) -> bool:
+        """SGD's update of `param` and momentum `u` (None: none) in place (optim/sgd.py's
+        rule, to the bit); False where the device has no kernel or cannot."""
+        return False
+
     # ----- random numbers: numpy's global state, so np.random.seed reproduces the course -----
     def rand(self, *shape) -> Any:
         """Uniform [0, 1) float64 draws, `np.random.rand(*shape)`, placed on this device."""

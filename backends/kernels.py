@@ -36,3 +36,87 @@ def scatter_add_rows(zeros: Callable[..., Any], scatter_add: Callable[..., Any],
     out = zeros((n,) + tuple(values.shape[1:]), dtype=values.dtype)
     scatter_add(out, indices, values)
     return out
+
+
+# ----- optimizer updates in place, in cache-sized chunks (numpy's `out=`) ----------------
+#: elements per chunk: the chunk's slices of the parameter, gradient, state and two
+#: temporaries (float32: 6 x 256 KB) stay in cache between the passes. Measured on 4M float32
+#: Adam parameters (2-core EPYC, 1 MB L2): 16K elements 20.7 ms (numpy's per-call cost
+#: dominates), 64K-256K 12 ms, 1M 15.6 ms, one whole-array chunk 23 ms; PyTorch 13-16 ms
+CHUNK = 1 << 16
+
+
+def _updatable(*arrays: Any) -> bool:
+    """Whether every array can be updated in place through a flat view."""
+    return all(a is None or (a.flags.c_contiguous and a.flags.writeable) for a in arrays)
+
+
+def _chunks(n: int):
+    for start in range(0, n, CHUNK):
+        yield slice(start, min(n, start + CHUNK))
+
+
+def adam_in_place(np: Any, param: Any, grad: Any, m: Any, v: Any, *, lr_t: float, beta1: float,
+                  beta2: float, eps_t: float, weight_decay: float) -> bool:
+    """Adam on numpy arrays in place: m, v = moving averages of g = grad + wd param and g^2,
+    then param -= lr_t m / (sqrt(v) + eps_t); every product and sum in the order of the
+    portable rule (optim/adam.py), so the numbers are the same to the bit. False (nothing
+    changed) when an array cannot be updated in place."""
+    if not _updatable(param, m, v) or not grad.flags.c_contiguous:
+        return False
+    p, g, m, v = (a.reshape(-1) for a in (param, grad, m, v))
+    tmp = np.empty(min(p.size, CHUNK), dtype=p.dtype)
+    tmp2 = np.empty_like(tmp)
+    for s in _chunks(p.size):
+        k = s.stop - s.start
+        t, u, pc, mc, vc = tmp[:k], tmp2[:k], p[s], m[s], v[s]
+        if weight_decay:
+            np.multiply(pc, weight_decay, out=t)  # g = param * wd + grad
+            t += g[s]
+            gc = t
+        else:
+            gc = g[s]
+        np.multiply(gc, 1 - beta1, out=u)  # m = g (1 - b1) + m b1
+        mc *= beta1
+        np.add(u, mc, out=mc)
+        np.multiply(gc, gc, out=u)  # v = g g (1 - b2) + v b2
+        u *= 1 - beta2
+        vc *= beta2
+        np.add(u, vc, out=vc)
+        np.sqrt(vc, out=u)  # denominator sqrt(v) + eps_t
+        u += eps_t
+        np.multiply(mc, lr_t, out=t)  # update = m lr_t / denominator
+        t /= u
+        pc -= t
+    return True
+
+
+def sgd_in_place(np: Any, param: Any, grad: Any, u: Any, *, lr: float, momentum: float,
+                 weight_decay: float) -> bool:
+    """SGD on numpy arrays in place: g = grad + wd param; u = momentum u + (1 - momentum) g
+    (u None: no momentum); param -= lr u (or lr g); in the portable rule's order
+    (optim/sgd.py). False (nothing changed) when an array cannot be updated in place."""
+    if not _updatable(param, u) or not grad.flags.c_contiguous:
+        return False
+    p, g = param.reshape(-1), grad.reshape(-1)
+    uf = None if u is None else u.reshape(-1)
+    tmp = np.empty(min(p.size, CHUNK), dtype=p.dtype)
+    tmp2 = np.empty_like(tmp)
+    for s in _chunks(p.size):
+        k = s.stop - s.start
+        t, w, pc = tmp[:k], tmp2[:k], p[s]
+        if weight_decay:
+            np.multiply(pc, weight_decay, out=t)  # g = grad + wd param
+            np.add(g[s], t, out=t)
+            gc = t
+        else:
+            gc = g[s]
+        if uf is not None:
+            uc = uf[s]
+            uc *= momentum  # u = momentum u + (1 - momentum) g
+            np.multiply(gc, 1 - momentum, out=w)
+            uc += w
+            gc = uc
+        np.multiply(gc, lr, out=w)  # param -= lr u
+        pc -= w
+    return True

@@ -196,14 +196,21 @@ RULES = {
 
 
 def spy_updates(opt) -> list[int]:
-    """Record the size of the array each `_update` call gets (one call per group)."""
-    sizes, update = [], opt._update
+    """Record the size of the array each update gets (one per group): `_update`, or the
+    device's in-place kernel through `_update_in_place` (cpu), whichever ran."""
+    sizes, update, in_place = [], opt._update, opt._update_in_place
 
     def recording(param, grad, state):
         sizes.append(int(np.prod(param.shape)))
         return update(param, grad, state)
 
-    opt._update = recording
+    def recording_in_place(device, param, grad, state):
+        result = in_place(device, param, grad, state)
+        if result is not None:
+            sizes.append(int(np.prod(param.shape)))
+        return result
+
+    opt._update, opt._update_in_place = recording, recording_in_place
     return sizes
 
 
@@ -278,3 +285,73 @@ def test_flat_cache_is_explicit_per_group_and_never_stale(device):
     opt.step()
     for p, ref in zip(params[:2], expected):
         np.testing.assert_allclose(p.numpy(), ref, rtol=1e-12, atol=1e-14)
+
+
+# ----- the cpu device's in-place kernels -----------------------------------------------------
+IN_PLACE_RULES = {
+    "sgd": lambda ps: optim.SGD(ps, lr=0.1),
+    "sgd-momentum-wd": lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.01),
+    "adam": lambda ps: optim.Adam(ps, lr=0.05),
+    "adam-wd": lambda ps: optim.Adam(ps, lr=0.05, beta1=0.8, beta2=0.95, eps=1e-6,
+                                     weight_decay=0.05),
+}
+# 150000 elements: above flat_max_size, and two chunks and part of a third of the kernel
+CHUNKED = [(3, 2), (300, 500), (4,), (5,)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("rule", IN_PLACE_RULES)
+def test_in_place_kernels_give_the_portable_rules_numbers_to_the_bit(rule, dtype, monkeypatch):
+    from needle.backends.kernels import CHUNK
+
+    assert 2 * CHUNK < 300 * 500 < 3 * CHUNK  # whole chunks and a partial one
+    cpu = ndl.cpu()
+    assert cpu.in_place_updates
+    results = []
+    for in_place in (True, False):
+        monkeypatch.setattr(type(cpu), "in_place_updates", in_place)
+        params = params_on(cpu, dtype, shapes=CHUNKED)
+        opt = IN_PLACE_RULES[rule](params)
+        run(opt, params, cpu, steps=3, dtype=dtype)
+        results.append([p.numpy() for p in params] +
+                       [cpu.to_numpy(a) for s in opt.state.values() for a in s.values()])
+    assert len(results[0]) == len(results[1])
+    for got, expected in zip(*results):
+        np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("rule", IN_PLACE_RULES)
+def test_in_place_updates_touch_only_the_optimizers_own_arrays(rule):
+    cpu = ndl.cpu()
+    params = params_on(cpu, shapes=CHUNKED)
+    # the parameters share their arrays with other tensors, as after `p.data = other`
+    others = [ndl.Tensor(p.numpy(), device=cpu) for p in params]
+    for p, other in zip(params, others):
+        p.data = other
+        assert p.cached_data is other.cached_data
+    before = [o.numpy() for o in others]
+    opt = IN_PLACE_RULES[rule](params)
+    set_grads(params, grads_for(0, CHUNKED), cpu)
+    grads = [p.grad.numpy() for p in params]
+    opt.step()
+    for other, b in zip(others, before):
+        np.testing.assert_array_equal(other.numpy(), b)  # never written through
+    for p, g in zip(params, grads):
+        np.testing.assert_array_equal(p.grad.numpy(), g)  # .grad is never modified
+    big = params[1].cached_data
+    run(opt, params, cpu, steps=2, first=1)
+    assert params[1].cached_data is big  # from the second step on: in place, no new array
+
+
+def test_in_place_kernel_declines_arrays_it_cannot_update():
+    from needle.backends.kernels import adam_in_place, sgd_in_place
+
+    p = np.zeros((4, 3))[:, :2]  # a strided view: not contiguous
+    g = np.ones((4, 2))
+    assert not sgd_in_place(np, p, g, None, lr=0.1, momentum=0.0, weight_decay=0.0)
+    frozen = np.zeros((4, 2))
+    frozen.flags.writeable = False
+    m, v = np.zeros((4, 2)), np.zeros((4, 2))
+    assert not adam_in_place(np, frozen, g, m, v, lr_t=0.1, beta1=0.9, beta2=0.99, eps_t=1e-8,
+                             weight_decay=0.0)
+    assert (m == 0).all() and (v == 0).all()  # nothing changed

@@ -59,3 +59,14 @@ class Adam(Optimizer):
         update = m * (self.lr * c2 / c1)
         update /= denom
         return param - update, {"m": m, "v": v}
+
+    def _update_in_place(self, device: Any, param: Any, grad: Any, state: dict) -> dict | None:
+        xp = device.xp
+        m, v = state.get("m"), state.get("v")
+        if m is None or v is None:  # the moments start at 0
+            m, v = xp.zeros_like(param), xp.zeros_like(param)
+        c1, c2 = 1 - self.beta1**self.t, math.sqrt(1 - self.beta2**self.t)
+        done = device.adam_step(param, grad, m, v, lr_t=self.lr * c2 / c1, beta1=self.beta1,
+                                beta2=self.beta2, eps_t=self.eps * c2,
+                                weight_decay=self.weight_decay)
+        return {"m": m, "v": v} if done else None

@@ -78,6 +78,7 @@ class Optimizer:
         self.state: dict[int, dict[str, Any]] = {}
         self.t = 0  # number of step() calls
         self._flat: dict[tuple, _FlatGroup] = {}  # (device, dtype) -> last step's flat arrays
+        self._owned: dict[int, Any] = {}  # big parameter index -> the array it updates in place
 
     def _check(self, name: str, value: Any) -> float:
         """Validate one hyperparameter (subclasses define the ranges)."""
@@ -90,7 +91,10 @@ class Optimizer:
         concatenated into one flat array, the update rule runs once on it (a few whole-array
         passes instead of a few per parameter), and each parameter gets its slice back.
         Parameters above `flat_max_size` elements are updated one by one: for them the
-        per-call cost is negligible and a copy into a flat buffer would not be.
+        per-call cost is negligible and a copy into a flat buffer would not be. Where the
+        device has in-place kernels (cpu), the update runs in place, in cache-sized chunks, on
+        arrays the optimizer owns (a parameter's array is copied once, when the optimizer
+        first meets it), with the same numbers as the portable rule.
         """
         self.t += 1
         groups: dict[tuple, list[int]] = {}
@@ -117,18 +121,39 @@ class Optimizer:
             grads.append(g)
         if len(params) == 1:
             i = indices[0]
-            params[0].cached_data, state = self._update(params[0].cached_data, grads[0],
-                                                        self.state.get(i, {}))
+            self._flat.pop(key, None)  # a group of one has no flat arrays to keep
+            p = params[0]
+            if device.in_place_updates:
+                # on an array of the optimizer's own: a copy the first time (or after the
+                # parameter's data was replaced), so no array anyone else holds changes
+                data = p.cached_data
+                if self._owned.get(i) is not data:
+                    data = xp.asarray(data, copy=True)
+                state = self._update_in_place(device, data, grads[0], self.state.get(i, {}))
+                if state is not None:
+                    p.cached_data = self._owned[i] = data
+                    if state:
+                        self.state[i] = state
+                    return
+            p.cached_data, state = self._update(p.cached_data, grads[0], self.state.get(i, {}))
+            self._owned.pop(i, None)
             if state:
                 self.state[i] = state
-            self._flat.pop(key, None)  # a group of one has no flat arrays to keep
             return
         shapes = [p.cached_data.shape for p in params]
         cache = self._flat.get(key)
-        flat_p = self._flat_params(indices, params, xp, cache)
+        flat_p = self._flat_params(indices, params, xp, cache)  # cached, or a fresh concat
         flat_g = xp.concat([xp.reshape(g, (-1,)) for g in grads])
-        new_p, new_state = self._update(flat_p, flat_g,
-                                        self._flat_state(indices, params, xp, cache))
+        flat_state = self._flat_state(indices, params, xp, cache)
+        new_state = (self._update_in_place(device, flat_p, flat_g, flat_state)
+                     if device.in_place_updates else None)
+        if new_state is not None:  # the flat arrays are the optimizer's own: updated in place
+            if (cache is not None and flat_p is cache.params and new_state.keys() ==
+                    cache.state.keys() and all(new_state[k] is a for k, a in cache.state.items())):
+                return  # every parameter and state entry already views them
+            new_p = flat_p
+        else:
+            new_p, new_state = self._update(flat_p, flat_g, flat_state)
         # hand every parameter (and its state) a view of its slice of the new flat arrays
         start = 0
         param_views, state_entries = {}, {}
@@ -170,6 +195,12 @@ class Optimizer:
     def _update(self, param: Any, grad: Any, state: dict) -> tuple[Any, dict]:
         """The new parameter array and state from the old ones (any shape, elementwise)."""
         raise NotImplementedError
+
+    def _update_in_place(self, device: Any, param: Any, grad: Any, state: dict) -> dict | None:
+        """`_update` in place through the device's fused kernel, on arrays this optimizer owns;
+        the state (created where absent), or None where there is no kernel (then nothing
+        changed and `_update` runs)."""
+        return None
 
     def reset_grad(self) -> None:
         """Set every parameter's grad to None."""

@@ -34,3 +34,15 @@ class SGD(Optimizer):
         # u starts at 0, where momentum * 0 + (1 - momentum) g is exactly (1 - momentum) g
         u = (1 - m) * g if u is None else m * u + (1 - m) * g
         return param - self.lr * u, {"u": u}
+
+    def _update_in_place(self, device: Any, param: Any, grad: Any, state: dict) -> dict | None:
+        u = None
+        if self.momentum != 0:
+            u = state.get("u")
+            if u is None:  # the momentum starts at 0
+                u = device.xp.zeros_like(param)
+        done = device.sgd_step(param, grad, u, lr=self.lr, momentum=self.momentum,
+                               weight_decay=self.weight_decay)
+        if not done:
+            return None
+        return {} if u is None else {"u": u}
