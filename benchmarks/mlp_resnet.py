@@ -2,30 +2,30 @@
 
 Setup (the issue's): 784 inputs, BatchNorm1d, dropout 0.1, 3 residual blocks, 60,000 x 784
 random float32 images with random labels, batch 100, Adam(lr=0.001, weight_decay=0.001).
-All three are timed in this run; each prints seconds per epoch, the ratio to PyTorch, and
-the process's peak RSS after it ran.
+The frameworks alternate in rounds (one epoch of each per round), so they share the machine's
+noise; the table gives the median seconds per epoch, the median of the per-round ratios to
+PyTorch, and each one's peak RSS. Every epoch runs in a fresh process: in one process,
+OpenBLAS's worker threads (numpy) and PyTorch's spin-wait after their calls and slow each
+other down (PyTorch measured 7x slower beside numpy on this 2-core machine). The numpy column
+is the limit: the same maths by hand, with Adam in place over one flat buffer in cache-sized
+chunks.
 
     python benchmarks/mlp_resnet.py --hidden 100
-    python benchmarks/mlp_resnet.py --hidden 1024 --examples 20000   # a shorter epoch
+    python benchmarks/mlp_resnet.py --hidden 1024 --examples 20000
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import resource
-import subprocess
-import sys
+import statistics
 import time
 
 import numpy as np
+from harness import fresh_process_rounds, peak_rss_mb
 
 import needle as ndl
 from needle.apps.mlp_resnet import MLPResNet
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def batches(n: int, bs: int):
@@ -88,23 +88,37 @@ def torch_epoch(X, y, hidden, bs) -> float:
 # ----- the same epoch written by hand in numpy (forward, backward, Adam) ------------------
 
 class NumpyMLPResNet:
-    """MLPResNet with hand-derived gradients: the floor for a numpy-based framework."""
+    """MLPResNet with hand-derived gradients and Adam in place over one flat buffer in
+    cache-sized chunks: the floor for a framework built on numpy calls."""
+
+    CHUNK = 1 << 16  # elements per Adam chunk: the chunk's six slices stay in cache
 
     def __init__(self, hidden: int, rng: np.random.Generator):
-        def linear(i, o):
-            bound = np.sqrt(6.0 / i)
-            return [rng.uniform(-bound, bound, (i, o)).astype(np.float32),
-                    rng.uniform(-np.sqrt(6.0 / o), np.sqrt(6.0 / o), (1, o)).astype(np.float32)]
-
         h2 = hidden // 2
-        self.params = linear(784, hidden)
+        shapes = [(784, hidden), (1, hidden)]
         for _ in range(3):
-            self.params += linear(hidden, h2) + [np.ones(h2, np.float32), np.zeros(h2, np.float32)]
-            self.params += linear(h2, hidden) + [np.ones(hidden, np.float32),
-                                                 np.zeros(hidden, np.float32)]
-        self.params += linear(hidden, 10)
-        self.m = [np.zeros_like(p) for p in self.params]
-        self.v = [np.zeros_like(p) for p in self.params]
+            shapes += [(hidden, h2), (1, h2), (h2,), (h2,), (h2, hidden), (1, hidden),
+                       (hidden,), (hidden,)]
+        shapes += [(hidden, 10), (1, 10)]
+        total = sum(int(np.prod(s)) for s in shapes)
+        self.flat = np.empty(total, np.float32)  # parameters, gradients and moments: one
+        self.flat_grad = np.empty(total, np.float32)  # flat array each, viewed per tensor
+        self.m, self.v = np.zeros(total, np.float32), np.zeros(total, np.float32)
+        self.params, self.grads, start = [], [], 0
+        for shape in shapes:
+            n = int(np.prod(shape))
+            self.params.append(self.flat[start:start + n].reshape(shape))
+            self.grads.append(self.flat_grad[start:start + n].reshape(shape))
+            start += n
+        for i, shape in enumerate(shapes):  # Linear: kaiming-uniform weight and bias
+            if len(shape) == 2 and shape[0] != 1:
+                bound = np.sqrt(6.0 / shape[0])
+                self.params[i][...] = rng.uniform(-bound, bound, shape)
+                bound = np.sqrt(6.0 / shape[1])
+                self.params[i + 1][...] = rng.uniform(-bound, bound, (1, shape[1]))
+            elif len(shape) == 1:  # BatchNorm: weight 1, bias 0 (in that order)
+                first = shapes[i - 1] != shape
+                self.params[i][...] = 1.0 if first else 0.0
         self.t = 0
 
     @staticmethod
@@ -117,16 +131,15 @@ class NumpyMLPResNet:
         return xhat * w + b, (xhat, inv, w)
 
     @staticmethod
-    def bn_backward(g, cache):
+    def bn_backward(g, cache, gw, gb):
         xhat, inv, w = cache
-        gw, gb = (g * xhat).sum(0), g.sum(0)
+        np.sum(g * xhat, axis=0, out=gw)
+        np.sum(g, axis=0, out=gb)
         gx = g * w
-        gx = inv * (gx - gx.mean(0) - xhat * (gx * xhat).mean(0))
-        return gx, gw, gb
+        return inv * (gx - gx.mean(0) - xhat * (gx * xhat).mean(0))
 
     def step(self, x, y, rng):
-        p = self.params
-        grads = [None] * len(p)
+        p, grads = self.params, self.grads
         h = np.maximum(x @ p[0] + p[1], 0)
         caches = []
         k = 2
@@ -144,34 +157,54 @@ class NumpyMLPResNet:
             k += 8
         logits = h @ p[k] + p[k + 1]
         z = logits - logits.max(1, keepdims=True)
-        sm = np.exp(z)
-        sm /= sm.sum(1, keepdims=True)
-        g = sm
+        g = np.exp(z)
+        g /= g.sum(1, keepdims=True)
         g[np.arange(len(y)), y] -= 1
         g /= len(y)
-        grads[k], grads[k + 1] = h.T @ g, g.sum(0, keepdims=True)
+        np.matmul(h.T, g, out=grads[k])
+        np.sum(g, axis=0, keepdims=True, out=grads[k + 1])
         g = g @ p[k].T
         for h_in, c1, r1, mask, d1, c2, out, k in reversed(caches):
             g = g * (out > 0)
             g_res = g
-            g, grads[k + 6], grads[k + 7] = self.bn_backward(g, c2)
-            grads[k + 4], grads[k + 5] = d1.T @ g, g.sum(0, keepdims=True)
+            g = self.bn_backward(g, c2, grads[k + 6], grads[k + 7])
+            np.matmul(d1.T, g, out=grads[k + 4])
+            np.sum(g, axis=0, keepdims=True, out=grads[k + 5])
             g = (g @ p[k + 4].T) * mask * (r1 > 0)
-            g, grads[k + 2], grads[k + 3] = self.bn_backward(g, c1)
-            grads[k], grads[k + 1] = h_in.T @ g, g.sum(0, keepdims=True)
+            g = self.bn_backward(g, c1, grads[k + 2], grads[k + 3])
+            np.matmul(h_in.T, g, out=grads[k])
+            np.sum(g, axis=0, keepdims=True, out=grads[k + 1])
             g = g @ p[k].T + g_res
         g = g * (x @ p[0] + p[1] > 0)
-        grads[0], grads[1] = x.T @ g, g.sum(0, keepdims=True)
-        self.adam(grads)
+        np.matmul(x.T, g, out=grads[0])
+        np.sum(g, axis=0, keepdims=True, out=grads[1])
+        self.adam()
 
-    def adam(self, grads, lr=0.001, b1=0.9, b2=0.999, eps=1e-8, wd=0.001):
+    def adam(self, lr=0.001, b1=0.9, b2=0.999, eps=1e-8, wd=0.001):
+        """Adam with L2 weight decay, in place over the flat buffers, chunk by chunk."""
         self.t += 1
-        c1, c2 = 1 - b1**self.t, 1 - b2**self.t
-        for i, (p, g) in enumerate(zip(self.params, grads)):
-            g = g + wd * p
-            self.m[i] = b1 * self.m[i] + (1 - b1) * g
-            self.v[i] = b2 * self.v[i] + (1 - b2) * g * g
-            self.params[i] = p - lr * (self.m[i] / c1) / (np.sqrt(self.v[i] / c2) + eps)
+        c1, c2 = 1 - b1**self.t, np.sqrt(1 - b2**self.t)
+        tmp = np.empty(self.CHUNK, np.float32)
+        tmp2 = np.empty_like(tmp)
+        n = self.flat.size
+        for s in range(0, n, self.CHUNK):
+            e = min(n, s + self.CHUNK)
+            t, u = tmp[:e - s], tmp2[:e - s]
+            p, m, v = self.flat[s:e], self.m[s:e], self.v[s:e]
+            np.multiply(p, wd, out=t)
+            t += self.flat_grad[s:e]  # g = grad + wd p
+            m *= b1
+            np.multiply(t, 1 - b1, out=u)
+            m += u
+            v *= b2
+            np.multiply(t, t, out=u)
+            u *= 1 - b2
+            v += u
+            np.sqrt(v, out=u)
+            u += eps * c2
+            np.divide(m, u, out=t)
+            t *= lr * c2 / c1
+            p -= t
 
 
 def numpy_epoch(X, y, hidden, bs) -> float:
@@ -183,19 +216,21 @@ def numpy_epoch(X, y, hidden, bs) -> float:
     return time.perf_counter() - start
 
 
-def run_one(which: str, args) -> tuple[float, float]:
-    """Time one framework's epoch in this process; return (seconds, peak RSS in MB)."""
+def make_data(args) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(0)
     X = rng.random((args.examples, 784), dtype=np.float32)
     y = rng.integers(0, 10, args.examples).astype(np.uint8)
+    return X, y
+
+
+def epoch_of(which: str, X, y, args) -> float:
+    """Seconds of one epoch of `which` (a fresh model each time)."""
     if which == "pytorch":
-        secs = torch_epoch(X, y, args.hidden, args.batch_size)
-    elif which == "numpy":
-        secs = numpy_epoch(X, y, args.hidden, args.batch_size)
-    else:
-        device = getattr(ndl.backends, args.device)()
-        secs = needle_epoch(X, y, args.hidden, args.batch_size, device)
-    return secs, peak_rss_mb()
+        return torch_epoch(X, y, args.hidden, args.batch_size)
+    if which == "numpy":
+        return numpy_epoch(X, y, args.hidden, args.batch_size)
+    device = getattr(ndl.backends, args.device)()
+    return needle_epoch(X, y, args.hidden, args.batch_size, device)
 
 
 def main() -> None:
@@ -204,37 +239,41 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=60_000)
     parser.add_argument("--batch-size", type=int, default=100)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda", "strict"])
-    parser.add_argument("--only", choices=["pytorch", "numpy", "needle"],
-                        help="time one framework in this process (used internally)")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="rounds; each runs one epoch of every framework")
+    parser.add_argument("--one", choices=["pytorch", "numpy", "needle"], help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.only:
-        secs, rss = run_one(args.only, args)
-        print(json.dumps({"seconds": secs, "peak_rss_mb": rss}))
+    if args.one:
+        X, y = make_data(args)
+        secs = epoch_of(args.one, X, y, args)
+        print(json.dumps({"seconds": secs, "peak_rss_mb": peak_rss_mb()}))
         return
 
     print(f"MLPResNet epoch: {args.examples} x 784, hidden {args.hidden}, batch "
-          f"{args.batch_size}, Adam(lr=0.001, weight_decay=0.001); needle on {args.device}")
+          f"{args.batch_size}, Adam(lr=0.001, weight_decay=0.001); needle on {args.device}; "
+          f"{args.rounds} rounds, the frameworks alternating, each epoch in a fresh process")
     try:
         import torch
 
         names = ["pytorch", "numpy", "needle"]
-        label = {"pytorch": f"pytorch {torch.__version__} cpu"}
+        label = {"pytorch": f"pytorch {torch.__version__} cpu ({torch.get_num_threads()} thr)"}
     except ImportError:
         print("  (PyTorch not installed: pip install torch to compare)")
         names, label = ["numpy", "needle"], {}
-    label.update({"numpy": "numpy (hand-written)", "needle": f"needle {args.device}"})
-    results = {}
-    for name in names:  # one process each, so every peak RSS is its own
-        cmd = [sys.executable, __file__, "--only", name, "--hidden", str(args.hidden),
-               "--examples", str(args.examples), "--batch-size", str(args.batch_size),
-               "--device", args.device]
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-        results[name] = json.loads(out.strip().splitlines()[-1])
-    ref = results.get("pytorch", {}).get("seconds")
-    for name, r in results.items():
-        ratio = f"   {r['seconds'] / ref:5.2f} x pytorch" if ref else ""
-        print(f"  {label[name]:26s} {r['seconds']:7.2f} s/epoch{ratio}   "
-              f"peak RSS {r['peak_rss_mb']:6.0f} MB")
+    label.update({"numpy": "numpy limit (hand-written)", "needle": f"needle {args.device}"})
+    extra = ["--hidden", str(args.hidden), "--examples", str(args.examples), "--batch-size",
+             str(args.batch_size), "--device", args.device]
+    results = fresh_process_rounds(__file__, names, args.rounds, extra)
+    ref = [r["seconds"] for r in results.get("pytorch", [])]
+    print(f"  {'':30s} {'s/epoch':>8s}  {'x pytorch':>9s}  {'(min-max)':>11s}  {'peak RSS':>8s}")
+    for name, rs in results.items():
+        ts = [r["seconds"] for r in rs]
+        ratio = ""
+        if ref:
+            ratios = [a / b for a, b in zip(ts, ref)]
+            ratio = f"{statistics.median(ratios):9.2f}  ({min(ratios):.2f}-{max(ratios):.2f})"
+        print(f"  {label[name]:30s} {statistics.median(ts):8.2f}  {ratio:>22s}  "
+              f"{max(r['peak_rss_mb'] for r in rs):5.0f} MB")
 
 
 if __name__ == "__main__":

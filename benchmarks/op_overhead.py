@@ -3,12 +3,13 @@
 Prints microseconds per op for needle (cpu), PyTorch CPU (when installed) and a hand-written
 numpy forward + backward of the same chain, all measured in this run, and their ratios.
 
-    python benchmarks/op_overhead.py [--repeat 7] [--number 200]
+    python benchmarks/op_overhead.py [--rounds 9] [--number 200]
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import timeit
 
 import numpy as np
@@ -50,43 +51,50 @@ def numpy_chain(a, w):
     return g, gw
 
 
-def per_op_us(fn, *args, number: int, repeat: int) -> float:
-    best = min(timeit.repeat(lambda: fn(*args), number=number, repeat=repeat))
-    return best / number / (2 * N_PAIRS) * 1e6
+def per_op_us(fn, *args, number: int) -> float:
+    """Microseconds per op of `number` calls of `fn` (one chain of 2 * N_PAIRS ops each)."""
+    return timeit.timeit(lambda: fn(*args), number=number) / number / (2 * N_PAIRS) * 1e6
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=7)
-    parser.add_argument("--number", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=9,
+                        help="rounds; each times every framework once, alternating")
+    parser.add_argument("--number", type=int, default=200, help="chains per timing")
     args = parser.parse_args()
 
     rng = np.random.default_rng(0)
     a_np = rng.uniform(0.9, 1.0, (4, 4)).astype(np.float32)
     w_np = rng.uniform(0.9, 1.0, (4, 4)).astype(np.float32)
-
-    results = {}
     a, w = ndl.Tensor(a_np), ndl.Tensor(w_np)
-    results["needle cpu"] = per_op_us(needle_chain, a, w, number=args.number,
-                                      repeat=args.repeat)
-    results["numpy (hand-written)"] = per_op_us(numpy_chain, a_np, w_np, number=args.number,
-                                                repeat=args.repeat)
+    runs = {"needle cpu": (needle_chain, a, w),
+            "numpy (hand-written)": (numpy_chain, a_np, w_np)}
     try:
         import torch
     except ImportError:
         torch = None
+    torch_name = None
     if torch is not None:
         global torch_ones
         torch_ones = torch.ones(4, 4)
         ta = torch.tensor(a_np, requires_grad=True)
         tw = torch.tensor(w_np, requires_grad=True)
-        results[f"pytorch {torch.__version__} cpu"] = per_op_us(
-            torch_chain, ta, tw, number=args.number, repeat=args.repeat)
+        torch_name = f"pytorch {torch.__version__} cpu"
+        runs[torch_name] = (torch_chain, ta, tw)
+    for fn, *fargs in runs.values():  # warm-up
+        per_op_us(fn, *fargs, number=max(1, args.number // 10))
+    results: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(args.rounds):  # alternating, so every framework sees the same noise
+        for name, (fn, *fargs) in runs.items():
+            results[name].append(per_op_us(fn, *fargs, number=args.number))
 
-    print(f"forward+backward per op, chain of {2 * N_PAIRS} ops on (4, 4) float32")
-    base = results["needle cpu"]
+    print(f"forward+backward per op, chain of {2 * N_PAIRS} ops on (4, 4) float32; "
+          f"{args.rounds} alternating rounds of {args.number} chains, medians")
+    needle = results["needle cpu"]
     for name, us in results.items():
-        print(f"  {name:28s} {us:7.2f} us/op   needle/this = {base / us:5.2f}")
+        ratios = [n / u for n, u in zip(needle, us)]
+        print(f"  {name:28s} {statistics.median(us):7.2f} us/op   needle/this = "
+              f"{statistics.median(ratios):5.2f}  ({min(ratios):.2f}-{max(ratios):.2f})")
     if torch is None:
         print("  (PyTorch not installed: pip install torch to compare)")
 
