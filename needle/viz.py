@@ -25,6 +25,8 @@ from .nn.module import Module, Parameter
 __all__ = ["to_dot", "draw", "MAX_NODES"]
 
 MAX_NODES = 500  # beyond this many nodes, to_dot keeps those nearest the output
+SHARED_USES = 4  # a leaf feeding more ops than this gets a stub beside each of them
+MAX_SPAN = 12  # and so does an op feeding one more than this many levels above it
 FORMATS = ("svg", "png", "pdf")
 VIZ_HINT = "pip install needle[viz] (or: pip install graphviz)"
 DOT_HINT = "apt-get install graphviz (macOS: brew install graphviz)"
@@ -43,22 +45,16 @@ def to_dot(tensor: Value, *, show_shapes: bool = True, show_values: bool = False
     names = _names(params)
     order = find_topo_sort([tensor])
     total = len(order)
-    kept = _nearest(tensor, max_nodes) if max_nodes is not None and len(order) > max_nodes \
-        else None
+    kept = _nearest(tensor, max_nodes) if max_nodes is not None and total > max_nodes else None
     if kept is not None:
         order = [node for node in order if node in kept]
-    ids = {node: f"n{i}" for i, node in enumerate(order)}
     lines = ["digraph needle {", "  graph [ordering=in];",
              "  node [fontname=Helvetica, fontsize=10];"]
-    edges = []
-    for node in order:
-        lines.append(f"  {ids[node]} [{_attributes(node, names, show_shapes, show_values)}"
-                     f"{', penwidth=2' if node is tensor else ''}];")
-        edges.extend(f"  {ids.get(x, 'more')} -> {ids[node]};" for x in node.inputs)
+    lines += _Writer(order, tensor, names, show_shapes, show_values).lines()
     if kept is not None:
         note = f"{total - len(order)} more nodes left out (max_nodes={max_nodes})"
         lines.append(f'  more [label="{note}", shape=note, style=dashed];')
-    return "\n".join(lines + edges + ["}"]) + "\n"
+    return "\n".join(lines + ["}"]) + "\n"
 
 
 def draw(tensor: Value, path: str | os.PathLike, **options: Any) -> Path:
@@ -83,6 +79,74 @@ def draw(tensor: Value, path: str | os.PathLike, **options: Any) -> Path:
         raise RuntimeError(f"draw: dot failed rendering {path}: {e.stderr!r}") from None
     path.write_bytes(data)
     return path
+
+
+class _Writer:
+    """The node and edge statements of the kept nodes `order` (topological) of one graph.
+
+    `dot` takes minutes to place a graph with many long edges (an RNN's weights feed every
+    time step; every step's output feeds one final stack). So an edge from a leaf that feeds
+    more than SHARED_USES ops, or from an op more than MAX_SPAN levels below the op it feeds,
+    is drawn as a dotted stub `#k ...` beside that op, and its source is tagged `#k`. Inputs
+    left out beyond max_nodes come from the `more` note, or from `...` stubs when there are many.
+    """
+
+    def __init__(self, order: list[Value], root: Value, names: dict, show_shapes: bool,
+                 show_values: bool) -> None:
+        self.order, self.root, self.names = order, root, names
+        self.show = (show_shapes, show_values)
+        self.ids = {node: f"n{i}" for i, node in enumerate(order)}
+        self.uses: dict[Value | None, int] = {}  # None: the inputs left out
+        depth: dict[Value, int] = {}
+        for node in order:
+            depth[node] = 1 + max((depth[x] for x in node.inputs if x in depth), default=-1)
+            for x in node.inputs:
+                key = x if x in self.ids else None
+                self.uses[key] = self.uses.get(key, 0) + 1
+        self.stubbed: set[tuple[Value | None, Value]] = set()
+        for node in order:
+            for x in node.inputs:
+                key = x if x in self.ids else None
+                if (self.uses[key] > SHARED_USES and (key is None or x.op is None)
+                        or key is not None and depth[node] - depth[x] > MAX_SPAN):
+                    self.stubbed.add((key, node))
+        tagged = {x for x, _ in self.stubbed if x is not None}
+        self.tags = {x: i + 1 for i, x in enumerate(n for n in order if n in tagged)}
+        self.stubs = 0
+
+    def lines(self) -> list[str]:
+        """Node statements in topological order, then the edges grouped by node."""
+        nodes, edges = [], []
+        for node in self.order:
+            tag = self.tags.get(node)
+            note = None if tag is None else f"#{tag}: feeds {self.uses[node]} ops"
+            bold = ", penwidth=2" if node is self.root else ""
+            attributes = _attributes(node, self.names, *self.show, note)
+            nodes.append(f"  {self.ids[node]} [{attributes}{bold}];")
+            for x in node.inputs:
+                edges.append(f"  {self.source(x, node, nodes)} -> {self.ids[node]};")
+        return nodes + edges
+
+    def source(self, x: Value, node: Value, nodes: list[str]) -> str:
+        """Where the edge from input `x` to `node` starts: x, a new stub of it, or `more`."""
+        key = x if x in self.ids else None
+        if (key, node) not in self.stubbed:
+            return self.ids.get(x, "more")
+        self.stubs += 1
+        stub = f"s{self.stubs}"
+        if key is None:
+            nodes.append(f'  {stub} [label="...", shape=plaintext];')
+        else:
+            text = _escape(f"#{self.tags[x]} {self.title(x)}")
+            shape = "box" if x.op is not None else "ellipse"
+            nodes.append(f'  {stub} [label="{text}", shape={shape}, style=dotted];')
+        return stub
+
+    def title(self, node: Value) -> str:
+        """The first line of a node's label: its op, or a leaf's name or kind."""
+        if node.op is not None:
+            return op_label(node.op)
+        return self.names[id(node)][0] if id(node) in self.names else _kind(node)
 
 
 def _names(params: Module | Mapping[str, Value] | None) -> dict[int, tuple[str, str]]:
@@ -121,9 +185,10 @@ def _nearest(root: Value, limit: int) -> set[Value]:
     return kept
 
 
-def _attributes(node: Value, names: dict, show_shapes: bool, show_values: bool) -> str:
-    """The DOT attributes of one node: its label and its style."""
-    lines = []
+def _attributes(node: Value, names: dict, show_shapes: bool, show_values: bool,
+                note: str | None = None) -> str:
+    """The DOT attributes of one node: its label (`note` last) and its style."""
+    lines, style = [], ""
     if node.op is not None:
         lines.append(op_label(node.op))
     elif id(node) in names:
@@ -138,8 +203,10 @@ def _attributes(node: Value, names: dict, show_shapes: bool, show_values: bool) 
         style = {"parameter": ", style=filled, fillcolor=lightblue",
                  "buffer": ", style=filled, fillcolor=lightgrey",
                  "constant": ", style=dashed"}.get(kind, "")
-        return f'label="{_escape(chr(10).join(lines))}", shape=ellipse{style}'
-    return f'label="{_escape(chr(10).join(lines))}", shape=box'
+    if note is not None:
+        lines.append(note)
+    shape = "box" if node.op is not None else "ellipse"
+    return f'label="{_escape(chr(10).join(lines))}", shape={shape}{style}'
 
 
 def op_label(op: Op) -> str:

@@ -134,6 +134,54 @@ def test_beyond_max_nodes_it_keeps_those_nearest_the_output_and_counts_the_rest(
     assert "more" not in viz.to_dot(y, max_nodes=None)
 
 
+@pytest.mark.parametrize("uses", [viz.SHARED_USES, viz.SHARED_USES + 1])
+def test_a_node_feeding_many_ops_gets_a_stub_beside_each(uses, device):
+    # long edges from one node to every time step take `dot` minutes to place
+    w = ndl.nn.Parameter([2.0], device=device, dtype="float32")
+    y = w
+    for _ in range(uses - 1):
+        y = y * w
+    dot = viz.to_dot(y, params={"w": w})
+    w_line = '  n0 [label="w\\n(1,) float32\\nparameter", shape=ellipse, style=filled, ' \
+             'fillcolor=lightblue];'
+    if uses == viz.SHARED_USES:
+        assert w_line in dot and "  n0 -> n1;\n  n0 -> n1;\n  n1 -> n2;\n  n0 -> n2;" in dot
+        assert "#1" not in dot and "style=dotted" not in dot
+    else:  # w is tagged #1; the first product takes it twice, as stubs s1 and s2
+        tagged = w_line.replace("parameter", "parameter\\n#1: feeds 5 ops")
+        stubs = [f'  s{k} [label="#1 w", shape=ellipse, style=dotted];' for k in range(1, 6)]
+        assert tagged in dot and all(stub in dot for stub in stubs)
+        assert "  s1 -> n1;\n  s2 -> n1;\n  n1 -> n2;\n  s3 -> n2;" in dot
+        assert " n0 -> " not in dot
+    assert len(node_lines(dot)) == uses + (uses if uses > viz.SHARED_USES else 0)
+
+
+@pytest.mark.parametrize("levels", [viz.MAX_SPAN, viz.MAX_SPAN + 1])
+def test_an_edge_spanning_many_levels_becomes_a_stub(levels):
+    # h = exp(x) feeds relu(relu(...)) and, `levels` levels above it, the final sum
+    h = ndl.exp(ndl.Tensor([1.0], device=ndl.cpu(), dtype="float32"))
+    y = h
+    for _ in range(levels - 1):
+        y = ndl.relu(y)
+    last = levels + 1  # x, h and the levels - 1 relus come first: the sum is n{last}
+    dot = viz.to_dot(y + h)
+    if levels <= viz.MAX_SPAN:
+        assert f"  n1 -> n{last};" in dot and "style=dotted" not in dot
+    else:
+        assert '  n1 [label="Exp\\n(1,) float32\\n#1: feeds 2 ops", shape=box];' in dot
+        assert '  s1 [label="#1 Exp", shape=box, style=dotted];' in dot
+        assert f"  s1 -> n{last};" in dot and "  n1 -> n2;" in dot
+
+
+def test_many_left_out_inputs_come_from_stubs():
+    # the 6 products read x, cut off at max_nodes=8: six `...` stubs and the note
+    x = ndl.exp(ndl.Tensor([1.0], device=ndl.cpu(), dtype="float32"))
+    y = ndl.ops.add_n(*[x * float(k) for k in range(1, 7)])
+    dot = viz.to_dot(y, max_nodes=7)
+    assert dot.count('[label="...", shape=plaintext];') == 6 and " more -> " not in dot
+    assert '  more [label="2 more nodes left out (max_nodes=7)", shape=note' in dot
+
+
 def test_ten_thousand_nodes():
     # speed is measured in benchmarks/viz.py; here: every node, no recursion limit
     y = chain(10_000)
