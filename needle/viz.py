@@ -22,7 +22,7 @@ from typing import Any
 from .autograd import Op, TensorTuple, Value, find_topo_sort
 from .nn.module import Module, Parameter
 
-__all__ = ["to_dot", "draw", "MAX_NODES"]
+__all__ = ["to_dot", "draw", "op_label", "MAX_NODES"]
 
 MAX_NODES = 500  # beyond this many nodes, to_dot keeps those nearest the output
 SHARED_USES = 4  # a leaf feeding more ops than this gets a stub beside each of them
@@ -30,7 +30,6 @@ MAX_SPAN = 12  # and so does an op feeding one more than this many levels above 
 FORMATS = ("svg", "png", "pdf")
 VIZ_HINT = "pip install needle[viz] (or: pip install graphviz)"
 DOT_HINT = "apt-get install graphviz (macOS: brew install graphviz)"
-_PLAIN = (bool, int, float, str, type(None))
 
 
 def to_dot(tensor: Value, *, show_shapes: bool = True, show_values: bool = False,

@@ -16,7 +16,10 @@ import os
 import secrets
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # matplotlib is optional and imported only to draw
+    from matplotlib.figure import Figure
 
 IMAGE_COLUMNS = ("epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "lr",
                  "seconds")
@@ -159,7 +162,7 @@ def read_csv(path: Path) -> tuple[tuple[str, ...], list[Row]]:
     return columns, rows
 
 
-def figure(rows: list[Row], columns: tuple[str, ...], title: str):
+def figure(rows: list[Row], columns: tuple[str, ...], title: str) -> Figure:
     """A matplotlib Figure: loss on the left axes, accuracy (or perplexity) on the right."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
