@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import math
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import numpy as np
 import pytest
 
 import needle as ndl
-from needle.apps import mlp_resnet, train
+from needle.apps import curves, mlp_resnet, train
 from needle.data import MNIST_FILES, builtin_mnist_dir
 
 N_TRAIN, N_TEST, BATCH = 120, 60, 40  # three training batches per epoch
@@ -537,3 +538,128 @@ def test_language_model_usage_errors(ptb, tmp_path, capsys):
     assert "--clip must be a finite number >= 0, got -1.0" in err
     err = usage_error(["--model", "rnn", "--data-dir", str(tmp_path), "--quiet"], capsys)
     assert f"--data-dir {tmp_path}: " in err and "train.txt" in err
+
+
+# ----- --log-csv, --plot, --plot-every-epoch ---------------------------------------------------
+
+
+IMAGE_LINE = re.compile(r"epoch +(\d+)  train err (\S+) loss (\S+)  test err (\S+) loss (\S+)$")
+LM_LINE = re.compile(r"epoch +(\d+)  train perplexity (\S+)  held-out perplexity (\S+) \(loss "
+                     r"(\S+)\)$")
+
+
+def test_log_csv_rows_match_the_printed_epoch_lines(fast, tmp_path, capsys):
+    log = tmp_path / "log.csv"
+    assert train.main([*[a for a in fast if a != "--quiet"], "--epochs", "3",
+                       "--log-csv", str(log)]) == 0
+    printed = [IMAGE_LINE.match(line).groups() for line in capsys.readouterr().out.splitlines()
+               if line.startswith("epoch")]
+    columns, rows = curves.read_csv(log)
+    assert columns == curves.IMAGE_COLUMNS and len(printed) == len(rows) == 3
+    for row, (epoch, train_err, train_loss, test_err, test_loss) in zip(rows, printed):
+        assert row["epoch"] == int(epoch)
+        assert (f"{1 - row['train_accuracy']:.4f}", f"{row['train_loss']:.4f}") == (train_err,
+                                                                                    train_loss)
+        assert (f"{1 - row['test_accuracy']:.4f}", f"{row['test_loss']:.4f}") == (test_err,
+                                                                                  test_loss)
+    # the cosine schedule over 3 epochs: lr (1 + cos(pi e / 3)) / 2 for e = 0, 1, 2
+    assert [r["lr"] for r in rows] == pytest.approx([0.001, 0.00075, 0.00025])
+    assert 0 < rows[0]["seconds"] < rows[1]["seconds"] < rows[2]["seconds"]
+
+
+def test_log_csv_of_a_language_model_has_perplexities(ptb, tmp_path, capsys):
+    log = tmp_path / "log.csv"
+    assert train.main(["--model", "rnn", "--data-dir", str(ptb), "--hidden-dim", "8",
+                       "--batch-size", "4", "--epochs", "2", "--log-csv", str(log)]) == 0
+    printed = [LM_LINE.match(line).groups() for line in capsys.readouterr().out.splitlines()
+               if line.startswith("epoch")]
+    columns, rows = curves.read_csv(log)
+    assert columns == curves.LM_COLUMNS and len(printed) == len(rows) == 2
+    for row, (epoch, train_ppl, test_ppl, test_loss) in zip(rows, printed):
+        assert row["epoch"] == int(epoch) and row["lr"] == 4.0
+        assert f"{row['train_perplexity']:.2f}" == train_ppl
+        assert (f"{row['test_perplexity']:.2f}", f"{row['test_loss']:.4f}") == (test_ppl,
+                                                                               test_loss)
+
+
+def test_log_csv_is_appended_on_resume_without_duplicate_epochs(fast, tmp_path):
+    whole, part, ck = tmp_path / "whole.csv", tmp_path / "part.csv", tmp_path / "ck.npz"
+    assert train.main([*fast, "--epochs", "3", "--log-csv", str(whole)]) == 0
+    assert train.main([*fast, "--epochs", "3", "--stop-after", "1", "--checkpoint", str(ck),
+                       "--log-csv", str(part)]) == 0
+    # a row of epoch 2 whose checkpoint was never written (killed in between): trained again
+    with open(part, "a") as f:
+        f.write("2,99.0,0.0,99.0,0.0,0.001,99.0\n")
+    assert train.main(["--resume", str(ck), "--stop-after", "1", "--log-csv", str(part),
+                       "--quiet"]) == 0
+    assert [r["epoch"] for r in curves.read_csv(part)[1]] == [1, 2]
+    assert train.main(["--resume", str(ck), "--log-csv", str(part), "--quiet"]) == 0
+    (_, a), (_, b) = curves.read_csv(whole), curves.read_csv(part)
+    assert [r["epoch"] for r in b] == [1, 2, 3] and b[1]["train_loss"] != 99.0
+    # resuming is bit-for-bit: the same numbers as the uninterrupted run, but the seconds
+    drop = [{k: v for k, v in r.items() if k != "seconds"} for r in a]
+    assert drop == [{k: v for k, v in r.items() if k != "seconds"} for r in b]
+    assert b[0]["seconds"] < b[1]["seconds"] < b[2]["seconds"]
+    # a fresh run starts the log anew
+    assert train.main([*fast, "--epochs", "1", "--log-csv", str(part)]) == 0
+    assert [r["epoch"] for r in curves.read_csv(part)[1]] == [1]
+
+
+def test_resume_with_a_log_of_another_kind_is_a_usage_error(fast, tmp_path, capsys):
+    ck, log = tmp_path / "ck.npz", tmp_path / "log.csv"
+    assert train.main([*fast, "--epochs", "2", "--stop-after", "1", "--checkpoint",
+                       str(ck)]) == 0
+    capsys.readouterr()
+    log.write_text(",".join(curves.LM_COLUMNS) + "\n")
+    err = usage_error(["--resume", str(ck), "--log-csv", str(log)], capsys)
+    assert f"--log-csv {log}: its columns (epoch, train_loss, train_perplexity" in err
+
+
+@pytest.mark.parametrize("every_epoch, drawn", [(False, [3]), (True, [1, 2, 3])])
+def test_plot_is_drawn_at_the_end_or_after_every_epoch(every_epoch, drawn, fast, tmp_path,
+                                                       monkeypatch):
+    calls = []
+    monkeypatch.setattr(curves, "save_figure",
+                        lambda rows, columns, title, path: calls.append((len(rows), title, path)))
+    plot = tmp_path / "curves.png"
+    flags = ["--plot-every-epoch"] if every_epoch else []
+    assert train.main([*fast, "--epochs", "3", "--plot", str(plot), *flags]) == 0
+    title = "MLPResNet(hidden 8) on MNIST, device cpu"
+    assert calls == [(n, title, plot) for n in drawn]
+
+
+def test_plot_writes_a_png(fast, tmp_path):
+    pytest.importorskip("matplotlib", reason=f"matplotlib is not installed ({curves.PLOT_HINT})")
+    plot = tmp_path / "curves.png"
+    assert train.main([*fast, "--epochs", "2", "--plot", str(plot)]) == 0
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--plot-every-epoch"], "--plot-every-epoch needs --plot FILE"),
+    (["--plot", "{tmp}/curves.jpg"], "--plot {tmp}/curves.jpg: name a .png, .svg or .pdf file"),
+    (["--plot", "{tmp}/no/curves.png"], "cannot write there: {tmp}/no is not a folder"),
+    (["--log-csv", "{tmp}"], "--log-csv {tmp}: is a folder; name a file"),
+])
+def test_curve_options_usage_errors(argv, message, fast, tmp_path, capsys):
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    assert message.replace("{tmp}", str(tmp_path)) in usage_error([*fast, *argv], capsys)
+
+
+def test_plot_without_matplotlib_is_a_usage_error(fast, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib fails
+    err = usage_error([*fast, "--plot", str(tmp_path / "c.png")], capsys)
+    assert "--plot needs matplotlib, which is not installed: pip install needle[plot]" in err
+
+
+def test_failed_log_write_exits_1(fast, tmp_path, monkeypatch, capsys):
+    log = tmp_path / "log.csv"
+
+    def full_disk(path, columns, rows):
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(curves, "write_csv", full_disk)
+    assert train.main([*fast, "--epochs", "2", "--log-csv", str(log)]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (f"needle-train: cannot write {log} after epoch 1 (No space left on "
+                    "device); nothing was saved: no --checkpoint")

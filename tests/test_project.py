@@ -29,6 +29,16 @@ def test_readme_has_the_two_setup_lines_and_ci_runs_the_test_line():
     assert test_line in ci, "the test line of README.md must appear verbatim in .ci/run"
 
 
+def test_readme_figures_are_committed_under_docs():
+    text = (ROOT / "README.md").read_text()
+    figures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+    assert {"docs/curves.png", "docs/graph.png"} <= set(figures)
+    for figure in figures:
+        path = ROOT / figure
+        assert figure.startswith("docs/") and path.is_file(), figure
+        assert path.stat().st_size < 200_000, f"{figure}: keep README figures small"
+
+
 def test_backends_install_as_needle_backends(tmp_path):
     import needle.backends
 
@@ -43,7 +53,7 @@ def test_backends_install_as_needle_backends(tmp_path):
 
 def test_framework_proper_imports_no_numpy_or_cupy():
     pattern = re.compile(r"^\s*(import|from)\s+(numpy|cupy)\b", re.M)
-    proper = ["autograd.py", "ops", "nn", "init", "optim"]
+    proper = ["autograd.py", "ops", "nn", "init", "optim", "viz.py"]
     offenders = []
     for name in proper:
         path = ROOT / "needle" / name

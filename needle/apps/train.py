@@ -27,6 +27,7 @@ import numpy as np
 from tqdm import tqdm
 
 import needle as ndl
+from needle.apps import curves
 from needle.apps.mlp_resnet import MLPResNet, NonFiniteLoss, run_epoch
 from needle.apps.mnist_cnn import MNISTConvNet
 from needle.apps.models import LanguageModel, ResNet9
@@ -144,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--stop-after", type=int, metavar="N",
         help="stop after N epochs of this invocation; needs a checkpoint (default: never)")
     add("--quiet", action="store_true", help="print only the final summary (default: off)")
+    curves.add_arguments(p)
     return p
 
 
@@ -164,6 +166,7 @@ class Run:
     stop_after: int | None = None
     quiet: bool = False
     saved: tuple[Path, int] | None = None  # the newest checkpoint file and its epoch
+    log: curves.EpochLog | None = None  # --log-csv and --plot
 
 
 def setup(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Run:
@@ -171,6 +174,7 @@ def setup(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Run:
     stored = _read_checkpoint(parser, args.resume) if args.resume is not None else None
     config = _resolve(parser, args, stored)
     _validate(parser, config, args.stop_after)
+    curves.check_arguments(parser, args)
     start = stored["epoch"] if stored else 0
     if config["epochs"] < start:
         parser.error(f"--epochs {config['epochs']}: {args.resume} already has {start} epochs")
@@ -201,6 +205,9 @@ def setup(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Run:
         except (ValueError, TypeError, KeyError) as e:
             parser.error(f"--resume: {args.resume} does not fit this model: {e}")
         run.start, run.seconds, run.saved = start, stored["seconds"], (args.resume, start)
+    run.log = curves.EpochLog.from_args(
+        parser, args, language_model=config["model"] in LANGUAGE_MODELS, start=start,
+        title=f"{_model_name(config)} on {DATASETS[config['model']]}, device {config['device']}")
     return run
 
 
@@ -402,11 +409,7 @@ def train(run: Run, progress: dict[str, int] | None = None) -> dict[str, Any]:
                                                            run.start + run.stop_after)
     say = (lambda *a: None) if run.quiet else print
     lm = cfg["model"] in LANGUAGE_MODELS
-    name = {"mlp": f"MLPResNet(hidden {cfg['hidden_dim']})", "cnn": "MNISTConvNet",
-            "resnet9": "ResNet9", "rnn": f"LanguageModel(rnn, hidden {cfg['hidden_dim']})",
-            "lstm": f"LanguageModel(lstm, hidden {cfg['hidden_dim']})",
-            "transformer": f"LanguageModel(transformer, hidden {cfg['hidden_dim']})",
-            }[cfg["model"]]
+    name = _model_name(cfg)
     sizes = ((run.train_loader.size, run.test_loader.size, "held-out tokens") if lm else
              (len(run.train_loader.dataset), len(run.test_loader.dataset), "test images"))
     say(f"needle-train: {name} on {DATASETS[cfg['model']]}, {sizes[0]} training / {sizes[1]} "
@@ -428,9 +431,33 @@ def train(run: Run, progress: dict[str, int] | None = None) -> dict[str, Any]:
                 say(f"epoch {epoch:3d}  train err {metrics['train_err']:.4f} loss "
                     f"{metrics['train_loss']:.4f}  test err {metrics['test_err']:.4f} loss "
                     f"{metrics['test_loss']:.4f}")
+            if run.log is not None:
+                _write_log(run, epoch, metrics)
             if run.checkpoint is not None:
                 _save(run, epoch, metrics["seconds"])
+    if run.log is not None and not run.log.plot_every_epoch:
+        _write_log(run, end, None)
     return metrics
+
+
+def _model_name(cfg: dict[str, Any]) -> str:
+    """The trained model in words, for the header line and the figure's title."""
+    h = cfg["hidden_dim"]
+    return {"mlp": f"MLPResNet(hidden {h})", "cnn": "MNISTConvNet", "resnet9": "ResNet9",
+            "rnn": f"LanguageModel(rnn, hidden {h})", "lstm": f"LanguageModel(lstm, hidden {h})",
+            "transformer": f"LanguageModel(transformer, hidden {h})"}[cfg["model"]]
+
+
+def _write_log(run: Run, epoch: int, metrics: dict[str, Any] | None) -> None:
+    """Record `epoch` in --log-csv (and --plot), or with no metrics draw the figure."""
+    try:
+        if metrics is None:
+            run.log.draw()
+        else:
+            run.log.record(epoch, metrics, run.opt.lr)
+    except OSError as e:
+        raise TrainingStopped(f"cannot write {e.filename or 'the log or figure'} after epoch "
+                              f"{epoch} ({e.strerror or e}); {_last_checkpoint(run)}") from None
 
 
 def _train_epoch(run: Run, epoch: int) -> dict[str, float]:

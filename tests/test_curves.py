@@ -1,0 +1,134 @@
+"""Training curves: the CSV log, the figure (two axes, valid PNG/SVG) and `needle-plot`.
+
+The needle-train side (rows against the printed epoch lines, --resume, usage errors) is
+tested in test_cli.py, next to the tiny data sets it trains on.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from needle.apps import curves
+
+ROWS = [
+    {"epoch": 1, "train_loss": 2.5, "train_accuracy": 0.25, "test_loss": 1.5,
+     "test_accuracy": 0.5, "lr": 0.001, "seconds": 1.5},
+    {"epoch": 2, "train_loss": 1.25, "train_accuracy": 0.75, "test_loss": 1.0,
+     "test_accuracy": 0.625, "lr": 0.0005, "seconds": 3.0},
+]
+CSV = """\
+epoch,train_loss,train_accuracy,test_loss,test_accuracy,lr,seconds
+1,2.5,0.25,1.5,0.5,0.001,1.5
+2,1.25,0.75,1.0,0.625,0.0005,3.0
+"""
+
+
+@pytest.fixture
+def matplotlib():
+    return pytest.importorskip("matplotlib", reason="matplotlib is not installed "
+                                                    f"({curves.PLOT_HINT})")
+
+
+def test_csv_round_trip(tmp_path):
+    path = tmp_path / "log.csv"
+    curves.write_csv(path, curves.IMAGE_COLUMNS, ROWS)
+    assert path.read_text() == CSV
+    assert curves.read_csv(path) == (curves.IMAGE_COLUMNS, ROWS)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "is empty, not a needle-train log"),
+    ("epoch,loss\n1,2\n", "is not a needle-train log: its header is epoch,loss"),
+    (CSV + "3,1.0,0.5\n", ", line 4: malformed row (3 fields, not 7)"),
+    (CSV + "3,1.0,0.5,x,1,1,1\n", ", line 4: malformed row (could not convert"),
+    (CSV + "3.5,1.0,0.5,1,1,1,1\n", ", line 4: malformed row (invalid literal for int()"),
+])
+def test_foreign_or_broken_logs_are_named(text, message, tmp_path):
+    path = tmp_path / "log.csv"
+    path.write_text(text)
+    with pytest.raises(ValueError) as info:
+        curves.read_csv(path)
+    assert str(info.value).startswith(str(path)) and message in str(info.value)
+
+
+@pytest.mark.parametrize("columns, right", [(curves.IMAGE_COLUMNS, "accuracy (%)"),
+                                            (curves.LM_COLUMNS, "perplexity")])
+def test_figure_has_loss_and_score_axes(columns, right, matplotlib):
+    rows = [dict(zip(columns, r.values())) for r in ROWS]
+    fig = curves.figure(rows, columns, "MLPResNet(hidden 8) on MNIST, device cpu")
+    loss, score = fig.axes
+    assert len(fig.axes) == 2
+    assert (loss.get_xlabel(), loss.get_ylabel()) == ("epoch", "loss (cross-entropy)")
+    assert (score.get_xlabel(), score.get_ylabel()) == ("epoch", right)
+    assert fig.get_suptitle() == "MLPResNet(hidden 8) on MNIST, device cpu"
+    train, test = loss.get_lines()
+    assert list(train.get_ydata()) == [2.5, 1.25] and list(test.get_ydata()) == [1.5, 1.0]
+    assert train.get_linestyle() != test.get_linestyle()  # train and test styled apart
+    legend = [t.get_text() for t in score.get_legend().get_texts()]
+    assert legend == (["train", "held-out"] if columns == curves.LM_COLUMNS else
+                      ["train", "test"])
+    if columns == curves.IMAGE_COLUMNS:  # in percent
+        assert list(score.get_lines()[1].get_ydata()) == [50.0, 62.5]
+
+
+def test_png_is_valid_and_svg_has_two_axes(tmp_path, matplotlib):
+    from matplotlib.image import imread
+
+    png, svg = tmp_path / "c.png", tmp_path / "c.svg"
+    curves.save_figure(ROWS, curves.IMAGE_COLUMNS, "a title", png)
+    curves.save_figure(ROWS, curves.IMAGE_COLUMNS, "a title", svg)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    height, width, _ = imread(png).shape
+    assert (width, height) == (900, 360)
+    text = svg.read_text()
+    assert text.lstrip().startswith("<?xml") and "<svg" in text
+    assert text.count('<g id="axes_') == 2
+    # no date in the file: the same log draws the same bytes
+    curves.save_figure(ROWS, curves.IMAGE_COLUMNS, "a title", tmp_path / "d.svg")
+    assert (tmp_path / "d.svg").read_text() == text
+
+
+def test_needle_plot_draws_a_log(tmp_path, matplotlib, capsys):
+    log = tmp_path / "run.csv"
+    log.write_text(CSV)
+    assert curves.main([str(log)]) == 0  # default: run.png beside the log
+    assert (tmp_path / "run.png").read_bytes()[:4] == b"\x89PNG"
+    assert curves.main([str(log), "-o", str(tmp_path / "run.svg"), "--title", "T"]) == 0
+    assert (tmp_path / "run.svg").read_text().count('<g id="axes_') == 2
+    assert f"2 epochs drawn to {tmp_path / 'run.svg'}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("setup, argv, message", [
+    (None, ["{tmp}/none.csv"], "No such file or directory"),
+    ("epoch,loss\n", ["{tmp}/log.csv"], "is not a needle-train log"),
+    (CSV.splitlines()[0] + "\n", ["{tmp}/log.csv"], "has no epochs to draw"),
+    (CSV, ["{tmp}/log.csv", "-o", "{tmp}/log.jpg"], "name a .png, .svg or .pdf file"),
+    (CSV, ["{tmp}/log.csv", "-o", "{tmp}/no/log.png"], "{tmp}/no is not a folder"),
+])
+def test_needle_plot_usage_errors(setup, argv, message, tmp_path, capsys, matplotlib):
+    if setup is not None:
+        (tmp_path / "log.csv").write_text(setup)
+    with pytest.raises(SystemExit) as info:
+        curves.main([a.replace("{tmp}", str(tmp_path)) for a in argv])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage: needle-plot" in err and message.replace("{tmp}", str(tmp_path)) in err
+
+
+def test_needle_plot_without_matplotlib_says_how_to_install_it(tmp_path, monkeypatch, capsys):
+    (tmp_path / "log.csv").write_text(CSV)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib fails
+    with pytest.raises(SystemExit):
+        curves.main([str(tmp_path / "log.csv")])
+    assert "needs matplotlib, which is not installed: pip install needle[plot]" in \
+        capsys.readouterr().err
+    assert not (tmp_path / "log.png").exists()
+
+
+def test_needle_plot_runs_as_a_module(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "needle.apps.curves", "--help"], check=True,
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert "usage: needle-plot" in out.stdout and "--title" in out.stdout
