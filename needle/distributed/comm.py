@@ -166,8 +166,9 @@ def allreduce(x: Any, op: str = "sum") -> Any:
     if op not in OPS:
         raise ValueError(f"allreduce: op must be one of {OPS}, got {op!r}")
     arr = x.realize_cached_data() if isinstance(x, Tensor) else x
-    check_agreement("allreduce", ("allreduce", op, tuple(arr.shape), str(arr.dtype)))
-    if op == "mean" and np.dtype(str(arr.dtype)).kind not in "fc":
+    dtype = dtype_of(arr)
+    check_agreement("allreduce", ("allreduce", op, tuple(arr.shape), dtype.name))
+    if op == "mean" and dtype.kind not in "fc":
         raise TypeError(f"allreduce: op='mean' needs a floating dtype, got {arr.dtype}; "
                         "use op='sum'")
     out = _collective(arr, lambda buf: _comm().Allreduce(_World.MPI.IN_PLACE, buf))
@@ -183,9 +184,17 @@ def broadcast(x: Any, root: int = 0) -> Any:
     size = world_size()
     if not 0 <= root < size:
         raise ValueError(f"broadcast: root must lie in [0, {size}), got {root}")
-    check_agreement("broadcast", ("broadcast", root, tuple(arr.shape), str(arr.dtype)))
+    check_agreement("broadcast", ("broadcast", root, tuple(arr.shape), dtype_of(arr).name))
     out = _collective(arr, lambda buf: _comm().Bcast(buf, root=root))
     return _result(x, out)
+
+
+def dtype_of(arr: Any) -> np.dtype:
+    """The numpy dtype of any device's array (array-api-strict's print as 'module.name')."""
+    try:
+        return np.dtype(arr.dtype)
+    except TypeError:
+        return np.dtype(str(arr.dtype).rsplit(".", 1)[-1])
 
 
 def _result(x: Any, out: Any) -> Any:

@@ -13,8 +13,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
-
 from ..autograd import Tensor
 from ..nn import Module
 from ..optim import Optimizer
@@ -33,8 +31,7 @@ def average_buffers(module: Module) -> None:
     if comm.world_size() == 1:
         return
     for tensor in module.buffers():
-        kind = np.dtype(str(tensor.realize_cached_data().dtype)).kind
-        if kind in "fc":
+        if comm.dtype_of(tensor.realize_cached_data()).kind in "fc":
             comm.allreduce(tensor, op="mean")
         else:
             comm.broadcast(tensor, root=0)
@@ -133,7 +130,7 @@ class DistributedOptimizer:
             g = p.grad.realize_cached_data()
             if g.dtype != data.dtype:  # e.g. a float64 gradient of a float32 parameter
                 g = p.device.xp.astype(g, data.dtype)
-            signature.append((i, tuple(g.shape), str(g.dtype)))
+            signature.append((i, tuple(g.shape), comm.dtype_of(g).name))
             if math.prod(g.shape) > limit:
                 big.append((i, g))
             else:
