@@ -187,19 +187,49 @@ def test_cuda_arrays_stage_through_one_growing_pinned_buffer(monkeypatch):
     assert d.copies == ["d2h", "h2d"] and (d.host == 2).all()
 
 
-def test_cuda_awareness_can_be_forced_by_the_environment(monkeypatch):
+def test_cuda_awareness_from_mpi_memory_alloc_kinds_or_the_environment(monkeypatch):
+    class Info:
+        def __init__(self, kinds):
+            self.kinds = kinds
+
+        def Get(self, key):  # noqa: N802 - mpi4py's name
+            return self.kinds if key == "mpi_memory_alloc_kinds" else None
+
+    class Comm:
+        def __init__(self, kinds):
+            self.kinds = kinds
+
+        def Get_info(self):  # noqa: N802
+            return Info(self.kinds)
+
     class NoQuery:
         pass
 
     class Yes:
         @staticmethod
-        def Query_cuda_support():  # noqa: N802 - mpi4py's name
+        def Query_cuda_support():  # noqa: N802
             return True
 
     monkeypatch.delenv("NEEDLE_MPI_CUDA_AWARE", raising=False)
-    assert comm._query_cuda_aware(NoQuery) is False and comm._query_cuda_aware(Yes) is True
+    assert comm._query_cuda_aware(NoQuery, Comm("mpi,system")) is False  # the mpich wheel's
+    assert comm._query_cuda_aware(NoQuery, Comm("mpi,system,cuda:device")) is True
+    assert comm._query_cuda_aware(NoQuery, Comm(None)) is False
+    assert comm._query_cuda_aware(Yes, Comm(None)) is True
     monkeypatch.setenv("NEEDLE_MPI_CUDA_AWARE", "0")
-    assert comm._query_cuda_aware(Yes) is False
+    assert comm._query_cuda_aware(Yes, Comm("cuda")) is False
+
+
+@needs_mpi4py
+def test_needle_train_distributed_outside_mpiexec_is_the_plain_run(tmp_path):
+    recipe = ["--epochs", "1", "--hidden-dim", "16", "--batch-size", "500", "--quiet"]
+    for name, extra in (("plain", []), ("world1", ["--distributed"])):
+        subprocess.run([sys.executable, "-m", "needle.apps.train", *recipe, *extra,
+                        "--checkpoint", str(tmp_path / f"{name}.npz")],
+                       check=True, capture_output=True, timeout=120)
+    plain, world1 = ndl.load(tmp_path / "plain.npz"), ndl.load(tmp_path / "world1.npz")
+    assert plain["model"].keys() == world1["model"].keys()
+    for key, value in plain["model"].items():
+        assert np.array_equal(value.numpy(), world1["model"][key].numpy()), key
 
 
 # ----- two ranks -------------------------------------------------------------------------

@@ -54,31 +54,39 @@ def init(abort_on_error: bool = True) -> None:
         return
     MPI = _mpi()
     _World.MPI, _World.comm = MPI, MPI.COMM_WORLD.Dup()
-    _World.cuda_aware = _query_cuda_aware(MPI)
+    _World.cuda_aware = _query_cuda_aware(MPI, _World.comm)
     if abort_on_error and _World.comm.Get_size() > 1:
         _World.excepthook = sys.excepthook
         sys.excepthook = _abort_on_uncaught
 
 
-def _query_cuda_aware(MPI: Any) -> bool:
-    """True when the MPI library reports CUDA support (NEEDLE_MPI_CUDA_AWARE=0/1 overrides)."""
+def _query_cuda_aware(MPI: Any, comm: Any = None) -> bool:
+    """True when the MPI library reports CUDA support: MPI 4.1's `mpi_memory_alloc_kinds` info
+    of the communicator names cuda (or an mpi4py built with Query_cuda_support says so);
+    NEEDLE_MPI_CUDA_AWARE=0/1 overrides both."""
     forced = os.environ.get("NEEDLE_MPI_CUDA_AWARE")
     if forced in ("0", "1"):
         return forced == "1"
-    query = getattr(MPI, "Query_cuda_support", None)  # MPIX_Query_cuda_support, where built
+    query = getattr(MPI, "Query_cuda_support", None)
     try:
-        return bool(query()) if query is not None else False
-    except Exception:  # noqa: BLE001 - a library without the extension answers no
+        if query is not None and query():
+            return True
+        info = comm.Get_info() if comm is not None else None
+        kinds = info.Get("mpi_memory_alloc_kinds") if info is not None else None
+    except Exception:  # noqa: BLE001 - a library without these answers no
         return False
+    return kinds is not None and any(k.strip().split(":")[0] == "cuda"
+                                     for k in kinds.split(","))
 
 
 def _abort_on_uncaught(kind, value, tb) -> None:
     """sys.excepthook under MPI: the traceback (from this rank), then MPI_Abort(1)."""
     sys.stdout.flush()
+    sys.stderr = sys.__stderr__  # a silenced rank (needle-train) still shows its traceback
     print(f"needle.distributed: rank {rank()} of {world_size()} failed; aborting the job",
-          file=sys.__stderr__)
+          file=sys.stderr)
     (_World.excepthook or sys.__excepthook__)(kind, value, tb)
-    sys.__stderr__.flush()
+    sys.stderr.flush()
     abort(1)
 
 

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import Callable
 
 from ..data import DataLoader
 from . import comm
 from .sampler import DistributedSampler
+
+ABORT_DELAY = 1.0  # seconds a failing rank but 0 waits before ending the job
 
 
 def start(verbose: bool = False) -> None:
@@ -32,6 +35,8 @@ def run_job(body: Callable[[], int], verbose: bool = False) -> int:
     if status and comm.world_size() > 1:
         sys.stdout.flush()
         sys.stderr.flush()
+        if comm.rank() != 0:  # where all ranks fail alike, rank 0's message gets out first
+            time.sleep(ABORT_DELAY)
         comm.abort(status)
     return status
 
