@@ -123,7 +123,8 @@ def run(ranks: int, args: argparse.Namespace) -> dict:
            str(args.batch), "--examples", str(args.examples), "--reps", str(args.reps)]
     if ranks > 1:
         cmd = [mpiexec(), "-n", str(ranks), *cmd]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1200)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1200,
+                         stdin=subprocess.DEVNULL)  # mpiexec would forward a terminal's stdin
     if out.returncode:
         sys.exit(f"benchmarks/distributed.py: {' '.join(cmd)} failed:\n{out.stderr}")
     return json.loads(out.stdout.strip().splitlines()[-1])

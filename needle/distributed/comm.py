@@ -119,6 +119,15 @@ def world_size() -> int:
     return _comm().Get_size()
 
 
+def ranks_on_this_host() -> int:
+    """How many ranks of the job share this machine (MPI's shared-memory split)."""
+    local = _comm().Split_type(_World.MPI.COMM_TYPE_SHARED)
+    try:
+        return local.Get_size()
+    finally:
+        local.Free()
+
+
 def barrier() -> None:
     """Wait until every rank has called barrier()."""
     _comm().Barrier()

@@ -22,6 +22,11 @@ def start(verbose: bool = False) -> None:
     comm.init()
     if comm.rank() != 0 and not verbose:
         sys.stdout = sys.stderr = open(os.devnull, "w")  # for the rest of the process
+    local = comm.ranks_on_this_host()
+    if local > 1 and comm.rank() == 0 and "OMP_NUM_THREADS" not in os.environ:
+        print(f"needle.distributed: {local} ranks share this host and each uses all its cores "
+              f"for BLAS; set OMP_NUM_THREADS (e.g. cores / {local}) for speed",
+              file=sys.stderr)
 
 
 def run_job(body: Callable[[], int], verbose: bool = False) -> int:
