@@ -53,8 +53,8 @@ def one(args: argparse.Namespace) -> None:
     dist.init()
     rank, size = dist.rank(), dist.world_size()
     files = ndl.data.find_mnist_files(ndl.data.builtin_mnist_dir())
-    train = ndl.data.MNISTDataset(files["train-images-idx3-ubyte"],
-                                  files["train-labels-idx1-ubyte"])
+    names = ndl.data.MNIST_FILES
+    train = ndl.data.MNISTDataset(files[names[0]], files[names[1]])
     if args.examples < len(train):
         train = ndl.data.NDArrayDataset(*train[np.arange(args.examples)])
     np.random.seed(rank)  # different on purpose: distributed_optimizer broadcasts rank 0's
@@ -80,18 +80,20 @@ def one(args: argparse.Namespace) -> None:
 
 def allreduce_times(opt, reps: int) -> dict:
     """Median ms: distributed_optimizer's gradient all-reduce vs bare mpi4py calls."""
+    import needle as ndl
     import needle.distributed as dist
     from needle.distributed.comm import _World
 
     comm = _World.comm
-    grads = [p.grad for p in opt.params]  # the epoch's last gradients, kept between calls
+    # the epoch's last gradients, copied: each call reads them afresh, as after a backward()
+    grads = [ndl.Tensor.make_const(p.grad.numpy().copy(), device=p.device) for p in opt.params]
     count = sum(int(np.prod(g.shape)) for g in grads)
     send = np.random.randn(count).astype(np.float32)
     recv = np.empty_like(send)
 
     def needle_call():
         for p, g in zip(opt.params, grads):
-            p.grad = g  # the same gradients each time (the call replaces them by the mean)
+            p.grad = g  # the same gradients each time (the call replaces p.grad by the mean)
         opt.allreduce_gradients()
 
     def bare():

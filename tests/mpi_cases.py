@@ -102,6 +102,29 @@ def parity() -> None:
         print(f"rank {r} ok {name} relative difference {worst:.2e}")
 
 
+def shared() -> None:
+    """Gradients that share memory (one array for two parameters, overlapping views) are
+    averaged once each, big and small alike."""
+    r = dist.rank()
+    n = ndl.optim.Optimizer.flat_max_size + 1
+    params = [ndl.nn.Parameter(np.zeros(n, dtype="float32")) for _ in range(4)]
+    params += [ndl.nn.Parameter(np.zeros(3, dtype="float32")) for _ in range(2)]
+    opt = dist.distributed_optimizer(ndl.optim.SGD(params, lr=1.0))
+    base = np.full(2 * n, 2.0 * (r + 1), dtype="float32")  # mean over the ranks: 3
+    one = ndl.Tensor.make_const(np.full(n, 2.0 * (r + 1), dtype="float32"))
+    params[0].grad = params[1].grad = one  # the same Tensor
+    params[2].grad = ndl.Tensor.make_const(base[:n])  # views of one array that overlap
+    params[3].grad = ndl.Tensor.make_const(base[1:n + 1])
+    small = ndl.Tensor.make_const(np.full(3, 2.0 * (r + 1), dtype="float32"))
+    params[4].grad = params[5].grad = small
+    opt.allreduce_gradients()
+    for k, p in enumerate(params):
+        assert np.array_equal(p.grad.numpy(), np.full(p.shape, 3.0, dtype="float32")), k
+    opt.allreduce_gradients()  # again, on the means themselves: they stay
+    assert all((p.grad.numpy() == 3).all() for p in params)
+    print(f"rank {r} ok shared gradients")
+
+
 def fault() -> None:
     """needle-train --distributed whose rank 1 raises after step 5 of epoch 2."""
     from needle.apps import train
@@ -125,4 +148,4 @@ if __name__ == "__main__":
     case = sys.argv[1]
     if case != "fault":
         dist.init()
-    {"collectives": collectives, "parity": parity, "fault": fault}[case]()
+    {"collectives": collectives, "parity": parity, "shared": shared, "fault": fault}[case]()

@@ -241,8 +241,9 @@ def test_needle_train_distributed_outside_mpiexec_is_the_plain_run(tmp_path):
 # ----- two ranks -------------------------------------------------------------------------
 
 def _ok_lines(out: subprocess.CompletedProcess) -> list[str]:
+    """The `rank R ok ...` reports (mpiexec may join two ranks' lines into one)."""
     assert out.returncode == 0, out.stdout + out.stderr
-    return [line for line in out.stdout.splitlines() if " ok " in line]
+    return [m.strip() for m in re.findall(r"rank \d ok .*?(?=rank \d |\n|$)", out.stdout)]
 
 
 @needs_mpiexec
@@ -259,6 +260,12 @@ def test_two_ranks_match_one_process_on_the_global_batch_with_sgd_and_adam():
     lines = _ok_lines(mpiexec([str(HERE / "mpi_cases.py"), "parity"], timeout=120))
     assert sorted(line.split(" relative")[0] for line in lines) == [
         "rank 0 ok adam", "rank 0 ok sgd", "rank 1 ok adam", "rank 1 ok sgd"], lines
+
+
+@needs_mpiexec
+def test_gradients_that_share_memory_are_averaged_once():
+    lines = _ok_lines(mpiexec([str(HERE / "mpi_cases.py"), "shared"], timeout=120))
+    assert sorted(lines) == ["rank 0 ok shared gradients", "rank 1 ok shared gradients"], lines
 
 
 @needs_mpiexec

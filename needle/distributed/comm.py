@@ -281,21 +281,18 @@ class _Done:
         pass
 
 
-def start_allreduce(send: Any, recv: Any) -> Any:
-    """Begin summing `send` over the ranks into `recv` (same shape and dtype); a request.
+def start_allreduce(buf: Any) -> tuple[Any, Any]:
+    """Begin summing `buf` over the ranks in place: (request, the array with the result).
 
-    Two C-contiguous numpy arrays: a non-blocking Iallreduce straight from `send`, so the
-    caller can pack the next bucket meanwhile. Otherwise (cuda, strict) `send` is copied into
-    `recv`, reduced there in place as allreduce() does, and the request is already done.
+    A C-contiguous writeable numpy array: a non-blocking in-place Iallreduce (the caller may
+    pack the next bucket meanwhile; in place it is also faster than into a second array, one
+    memory pass less). Otherwise (cuda, strict) the blocking path of allreduce(), which may
+    return a new array, and an already finished request.
     """
-    if (isinstance(send, np.ndarray) and isinstance(recv, np.ndarray)
-            and send.flags.c_contiguous and recv.flags.c_contiguous and recv.flags.writeable):
-        return _comm().Iallreduce(send, recv)
-    recv[...] = send
-    out = _collective(recv, lambda buf: _comm().Allreduce(_World.MPI.IN_PLACE, buf))
-    if out is not recv:
-        recv[...] = out
-    return _Done()
+    if isinstance(buf, np.ndarray) and buf.flags.c_contiguous and buf.flags.writeable:
+        return _comm().Iallreduce(_World.MPI.IN_PLACE, buf), buf
+    out = _collective(buf, lambda b: _comm().Allreduce(_World.MPI.IN_PLACE, b))
+    return _Done(), out
 
 
 def wait_all(requests: list[Any]) -> None:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from ..autograd import Tensor
 from ..nn import Module
 from ..optim import Optimizer
@@ -38,14 +40,12 @@ def average_buffers(module: Module) -> None:
 
 
 class _Bucket:
-    """Persistent flat send and receive arrays of one (device, dtype) group of small
-    gradients, and where each parameter's gradient lies in them."""
+    """A persistent flat array for one (device, dtype) group of small gradients, and where
+    each parameter's gradient lies in it."""
 
     def __init__(self, device: Any, dtype: Any, layout: tuple[tuple[int, tuple], ...]):
         self.layout = layout  # (parameter index, shape) in order
-        total = sum(math.prod(shape) for _, shape in layout)
-        self.send = device.empty((total,), dtype=dtype)
-        self.recv = device.empty((total,), dtype=dtype)
+        self.flat = device.empty((sum(math.prod(shape) for _, shape in layout),), dtype=dtype)
 
 
 class DistributedOptimizer:
@@ -55,7 +55,7 @@ class DistributedOptimizer:
     param_groups of a subclass...) is the wrapped optimizer's, read and written through.
     """
 
-    _own = ("optimizer", "module", "_buckets", "_recv")
+    _own = ("optimizer", "module", "_buckets")
 
     def __init__(self, optimizer: Optimizer, module: Module | None = None):
         if not isinstance(optimizer, Optimizer):
@@ -64,7 +64,6 @@ class DistributedOptimizer:
         object.__setattr__(self, "optimizer", optimizer)
         object.__setattr__(self, "module", module)
         object.__setattr__(self, "_buckets", {})  # (device, dtype) -> _Bucket
-        object.__setattr__(self, "_recv", {})  # big parameter index -> receive array
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.optimizer, name)
@@ -83,12 +82,13 @@ class DistributedOptimizer:
     def allreduce_gradients(self) -> None:
         """Replace every parameter's grad by its mean over the ranks.
 
-        Gradients above the optimizer's `flat_max_size` are reduced from their own arrays
-        into persistent receive arrays (no packing copy: they are large messages already);
-        the small ones are packed into one flat bucket per device and dtype. The big
-        messages are started without waiting (Iallreduce on cpu), so the bucket is packed
-        while they travel. The ranks check first, in one small collective, that they have
-        the same gradients (which parameters, shapes, dtypes): otherwise a ValueError.
+        Gradients above the optimizer's `flat_max_size` are reduced in place in their own
+        arrays (no packing copy: they are large messages already; an array two parameters
+        share is reduced once, one that overlaps another is copied first); the small ones
+        are packed into one flat bucket per device and dtype while the big ones are already
+        in flight (non-blocking Iallreduce on cpu). The ranks check first, in one small
+        collective, that they hold the same gradients (which parameters, shapes, dtypes):
+        otherwise a ValueError on every rank.
         """
         size = comm.world_size()
         if size == 1:
@@ -96,33 +96,37 @@ class DistributedOptimizer:
         big, small, signature = self._plan()
         comm.check_agreement("distributed_optimizer.step", signature)
         requests, results = [], []
-        for i, grad in big:
-            recv = self._recv.get(i)
-            if recv is None or recv.shape != grad.shape or recv.dtype != grad.dtype:
-                recv = self._recv[i] = self.params[i].device.empty(grad.shape, grad.dtype)
-            requests.append(_start_allreduce(grad, recv))
-            results.append([(i, recv)])
+        for indices, grad in big:
+            request, out = comm.start_allreduce(grad)
+            requests.append(request)
+            results.append([(i, out) for i in indices])
         for (device, dtype), grads in small.items():
             bucket = self._bucket(device, dtype, grads)
             start = 0
             for (_, g), (_, shape) in zip(grads, bucket.layout):
                 end = start + math.prod(shape)
-                bucket.send[start:end] = device.xp.reshape(g, (-1,))
+                bucket.flat[start:end] = device.xp.reshape(g, (-1,))
                 start = end
-            requests.append(_start_allreduce(bucket.send, bucket.recv))
-            results.append(_views(bucket, device.xp))
+            request, out = comm.start_allreduce(bucket.flat)
+            requests.append(request)
+            results.append(_views(bucket.layout, out, device.xp))
         comm.wait_all(requests)
-        scale = 1.0 / size
+        scale, done = 1.0 / size, set()
         for pairs in results:
             for i, arr in pairs:
+                if id(arr) not in done:  # a shared array is scaled once
+                    arr *= scale  # in place: the bucket's views see it
+                    done.add(id(arr))
                 p = self.params[i]
-                arr *= scale  # in place in the receive arrays: views see it
-                p.grad = Tensor.make_const(arr, device=p.device)
+                if p.grad is None or p.grad.cached_data is not arr:
+                    p.grad = Tensor.make_const(arr, device=p.device)
 
     def _plan(self) -> tuple[list, dict, tuple]:
-        """(big (index, grad) pairs, {(device, dtype): small pairs}, the layout signature)."""
-        big, small, signature = [], {}, []
-        limit = self.optimizer.flat_max_size
+        """(big ([indices], grad array) pairs, {(device, dtype): small (index, grad) pairs},
+        the layout signature)."""
+        big: dict[int, tuple[list[int], Any]] = {}
+        small: dict[tuple, list] = {}
+        signature, limit = [], self.optimizer.flat_max_size
         for i, p in enumerate(self.params):
             if p.grad is None:
                 continue
@@ -131,11 +135,15 @@ class DistributedOptimizer:
             if g.dtype != data.dtype:  # e.g. a float64 gradient of a float32 parameter
                 g = p.device.xp.astype(g, data.dtype)
             signature.append((i, tuple(g.shape), comm.dtype_of(g).name))
-            if math.prod(g.shape) > limit:
-                big.append((i, g))
-            else:
+            if math.prod(g.shape) <= limit:
                 small.setdefault((p.device, data.dtype), []).append((i, g))
-        return big, small, tuple(signature)
+            elif id(g) in big:
+                big[id(g)][0].append(i)
+            else:
+                if any(_may_overlap(g, other) for _, other in big.values()):
+                    g = p.device.xp.asarray(g, copy=True)
+                big[id(g)] = ([i], g)
+        return list(big.values()), small, tuple(signature)
 
     def _bucket(self, device: Any, dtype: Any, grads: list) -> _Bucket:
         """The group's persistent bucket, rebuilt when its parameters or shapes changed."""
@@ -149,19 +157,22 @@ class DistributedOptimizer:
         return f"distributed_optimizer({self.optimizer!r})"
 
 
-def _views(bucket: _Bucket, xp: Any) -> list[tuple[int, Any]]:
-    """(parameter index, its gradient's view of the bucket's receive array)."""
+def _may_overlap(a: Any, b: Any) -> bool:
+    """False where `a` and `b` surely use separate memory (numpy's bounds check); True for
+    other arrays, which are then reduced from a copy (cheap on a GPU, made anyway on strict)."""
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return bool(np.may_share_memory(a, b))
+    return True
+
+
+def _views(layout: tuple, flat: Any, xp: Any) -> list[tuple[int, Any]]:
+    """(parameter index, its gradient's view of the bucket's flat array)."""
     views, start = [], 0
-    for i, shape in bucket.layout:
+    for i, shape in layout:
         end = start + math.prod(shape)
-        views.append((i, xp.reshape(bucket.recv[start:end], shape)))
+        views.append((i, xp.reshape(flat[start:end], shape)))
         start = end
     return views
-
-
-def _start_allreduce(send: Any, recv: Any) -> Any:
-    """Start summing `send` over ranks into `recv`; a request for comm.wait_all."""
-    return comm.start_allreduce(send, recv)
 
 
 def distributed_optimizer(optimizer: Optimizer, module: Module | None = None
