@@ -8,11 +8,11 @@ batch 50 of a DistributedSampler shard). Each configuration runs in fresh proces
 `--rounds` times alternating; the median is reported.
 
 The all-reduce figures come from the 2-rank run, after its epoch, on the model's real
-gradients (about 4 M float32 values): `allreduce_gradients()` (agreement check, bucket
-packing, Iallreduce of the big arrays and the bucket, the scale by 1/2) against
-`Allreduce(send, recv)` of one flat float32 array of the same size, and against that bare
-call followed by the same in-place scale. Medians of `--reps` timed calls, each after a
-barrier.
+gradients (about 4 M float32 values): `allreduce_gradients()` (agreement check, in-place
+Iallreduce of the big arrays, bucket packing and its Iallreduce, the scale by 1/2) against
+bare mpi4py calls on one flat float32 array of the same size: `Allreduce(send, recv)`,
+`Allreduce(IN_PLACE, buf)` (one memory pass less), and that followed by the same scale.
+Medians of `--reps` timed calls, each after a barrier.
 
     python benchmarks/distributed.py               # about a minute
     python benchmarks/distributed.py --rounds 1 --examples 1000
@@ -84,7 +84,7 @@ def allreduce_times(opt, reps: int) -> dict:
     import needle.distributed as dist
     from needle.distributed.comm import _World
 
-    comm = _World.comm
+    comm, MPI = _World.comm, _World.MPI
     # the epoch's last gradients, copied: each call reads them afresh, as after a backward()
     grads = [ndl.Tensor.make_const(p.grad.numpy().copy(), device=p.device) for p in opt.params]
     count = sum(int(np.prod(g.shape)) for g in grads)
@@ -99,13 +99,17 @@ def allreduce_times(opt, reps: int) -> dict:
     def bare():
         comm.Allreduce(send, recv)
 
-    def bare_scaled():
-        comm.Allreduce(send, recv)
+    def bare_in_place():
+        comm.Allreduce(MPI.IN_PLACE, recv)
+
+    def bare_in_place_scaled():
+        comm.Allreduce(MPI.IN_PLACE, recv)
         np.multiply(recv, 0.5, out=recv)
 
     out = {"values": count, "mb": 4 * count / 2**20}
-    for name, call in [("needle_ms", needle_call), ("bare_ms", bare),
-                       ("bare_scaled_ms", bare_scaled)] * 2:  # twice: warm, then measured
+    calls = [("needle_ms", needle_call), ("bare_ms", bare), ("bare_in_place_ms", bare_in_place),
+             ("bare_in_place_scaled_ms", bare_in_place_scaled)]
+    for name, call in calls * 2:  # twice: warm, then measured
         times = []
         for _ in range(reps):
             dist.barrier()
@@ -161,10 +165,11 @@ def main() -> None:
     print(f"gradient all-reduce per step, {two['values']:.0f} float32 values "
           f"({two['mb']:.1f} MB), median of {args.reps}:")
     print(f"  needle allreduce_gradients     {two['needle_ms']:7.2f} ms")
-    print(f"  bare mpi4py Allreduce          {two['bare_ms']:7.2f} ms  (needle overhead "
-          f"{100 * (two['needle_ms'] / two['bare_ms'] - 1):+.0f}%)")
-    print(f"  bare Allreduce + scale by 1/2  {two['bare_scaled_ms']:7.2f} ms  (needle overhead "
-          f"{100 * (two['needle_ms'] / two['bare_scaled_ms'] - 1):+.0f}%)")
+    for key, what in [("bare_ms", "bare Allreduce(send, recv)"),
+                      ("bare_in_place_ms", "bare Allreduce(IN_PLACE, buf)"),
+                      ("bare_in_place_scaled_ms", "  the same, then buf *= 1/2")]:
+        print(f"  {what:31s}{two[key]:7.2f} ms  (needle overhead "
+              f"{100 * (two['needle_ms'] / two[key] - 1):+.0f}%)")
 
 
 if __name__ == "__main__":
