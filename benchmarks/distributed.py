@@ -4,8 +4,8 @@ gradient all-reduce of `distributed_optimizer` vs a bare mpi4py Allreduce of the
 The MLPResNet of the issue (784 inputs, hidden 1024, BatchNorm1d, dropout, Adam lr 0.001
 wd 0.001) trains one epoch of the built-in MNIST training images (5,000) at global batch 100:
 one process with BLAS on 2 threads, then `mpiexec -n 2` with 1 thread per rank (each rank
-batch 50 of a DistributedSampler shard). Each configuration runs in fresh processes,
-`--rounds` times alternating; the median is reported.
+batch 50 of a DistributedSampler shard), and one process on 1 thread as the control. Each
+configuration runs in fresh processes, `--rounds` times alternating; the median is reported.
 
 The all-reduce figures come from the 2-rank run, after its epoch, on the model's real
 gradients (about 4 M float32 values): `allreduce_gradients()` (agreement check, in-place
@@ -120,9 +120,9 @@ def allreduce_times(opt, reps: int) -> dict:
     return out
 
 
-def run(ranks: int, args: argparse.Namespace) -> dict:
-    """One fresh configuration: `ranks` processes with 2 // ranks BLAS threads each."""
-    threads = str(2 // ranks)
+def run(ranks: int, threads: int, args: argparse.Namespace) -> dict:
+    """One fresh configuration: `ranks` processes with `threads` BLAS threads each."""
+    threads = str(threads)
     env = {**os.environ, "OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads,
            "MKL_NUM_THREADS": threads}
     cmd = [sys.executable, str(HERE), "--one", "--hidden", str(args.hidden), "--batch",
@@ -148,13 +148,15 @@ def main() -> None:
     if args.one:
         one(args)
         return
-    results: dict[int, list[dict]] = {1: [], 2: []}
+    # (ranks, threads); 1 x 1 is the control: how much of 1 x 2 the second thread adds
+    configs = [(1, 2), (2, 1), (1, 1)]
+    results: dict[tuple, list[dict]] = {c: [] for c in configs}
     for _ in range(args.rounds):
-        for ranks in (1, 2):
-            results[ranks].append(run(ranks, args))
+        for ranks, threads in configs:
+            results[(ranks, threads)].append(run(ranks, threads, args))
     med = {k: {key: statistics.median(r[key] for r in rs) for key in rs[0]}
            for k, rs in results.items()}
-    one_rank, two = med[1], med[2]
+    one_rank, two, single = med[(1, 2)], med[(2, 1)], med[(1, 1)]
     print(f"MLPResNet(hidden {args.hidden}), {args.examples} MNIST images, global batch "
           f"{args.batch}, Adam; median of {args.rounds} fresh runs each")
     print(f"  1 rank  x 2 threads: {one_rank['samples_per_s']:8.0f} samples/s "
@@ -162,6 +164,8 @@ def main() -> None:
     speedup = two["samples_per_s"] / one_rank["samples_per_s"]
     print(f"  2 ranks x 1 thread : {two['samples_per_s']:8.0f} samples/s "
           f"({two['seconds']:.2f} s/epoch), {speedup:.2f}x")
+    print(f"  1 rank  x 1 thread : {single['samples_per_s']:8.0f} samples/s "
+          f"({single['seconds']:.2f} s/epoch), the control")
     print(f"gradient all-reduce per step, {two['values']:.0f} float32 values "
           f"({two['mb']:.1f} MB), median of {args.reps}:")
     print(f"  needle allreduce_gradients     {two['needle_ms']:7.2f} ms")
