@@ -147,8 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop after N epochs of this invocation; needs a checkpoint (default: never)")
     add("--quiet", action="store_true", help="print only the final summary (default: off)")
     add("--distributed", action="store_true",
-        help="data-parallel over the ranks of `mpiexec -n N needle-train --distributed` "
-             "(image models; --batch-size is the global batch; default: off)")
+        help="data-parallel over the ranks of `mpiexec -n N needle-train --distributed`, "
+             "image models; --batch-size is the global batch (default: off)")
     add("--verbose", action="store_true",
         help="with --distributed, let every rank print, not only rank 0 (default: off)")
     return p
