@@ -24,6 +24,9 @@ HAVE_MPI4PY = importlib.util.find_spec("mpi4py") is not None
 # the mpiexec installed with mpi4py's MPI (the mpich wheel puts it next to python), else PATH's
 MPIEXEC = next((str(p) for p in [Path(sys.executable).parent / "mpiexec"] if p.exists()),
                shutil.which("mpiexec"))
+# one BLAS thread per process: 2 ranks of 2 threads on 2 cores (or 2 threads on a busy
+# machine) run many times slower
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 needs_mpi4py = pytest.mark.skipif(not HAVE_MPI4PY, reason="mpi4py is not installed: "
                                   "pip install -e '.[distributed]'")
 needs_mpiexec = pytest.mark.skipif(not (HAVE_MPI4PY and MPIEXEC), reason="needs mpi4py and "
@@ -33,9 +36,7 @@ needs_mpiexec = pytest.mark.skipif(not (HAVE_MPI4PY and MPIEXEC), reason="needs 
 def mpiexec(args: list[str], timeout: float, ranks: int = 2,
             cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run `python ARGS` on `ranks` ranks; the completed process (stdout and stderr text)."""
-    # one BLAS thread per rank: 2 ranks of 2 threads on 2 cores run many times slower
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
-           "OPENBLAS_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **ONE_THREAD}
     # stdin from /dev/null: mpiexec forwards stdin to rank 0, and a job reading a terminal
     # from a background process group is stopped (SIGTTIN): a hang, not a failure
     return subprocess.run([MPIEXEC, "-n", str(ranks), sys.executable, *args],
@@ -314,7 +315,7 @@ def _accuracy(text: str) -> float:
 def test_needle_train_distributed_reaches_the_single_process_accuracy(tmp_path):
     train = [sys.executable, "-m", "needle.apps.train", *ACCURACY_RECIPE, "--quiet"]
     single = subprocess.run(train, capture_output=True, text=True, timeout=300, check=True,
-                            stdin=subprocess.DEVNULL)
+                            stdin=subprocess.DEVNULL, env={**os.environ, **ONE_THREAD})
     out = mpiexec(["-m", "needle.apps.train", *ACCURACY_RECIPE, "--distributed"],
                   timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
