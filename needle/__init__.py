@@ -1,6 +1,7 @@
 """needle: the Deep Learning Systems course framework, written once against the array API."""
 
 from . import autograd, backends, data, init, nn, ops, optim, viz
+from . import distributed  # mpi4py is imported by distributed.init() only
 from .autograd import (
     Op,
     Tensor,
@@ -22,7 +23,7 @@ from .ops import *  # noqa: F403
 __version__ = "0.1.0"
 
 __all__ = [
-    "autograd", "backends", "data", "init", "nn", "ops", "optim", "viz",
+    "autograd", "backends", "data", "distributed", "init", "nn", "ops", "optim", "viz",
     "Op", "Tensor", "TensorOp", "TensorTuple", "TensorTupleOp", "Value", "is_grad_enabled",
     "no_grad", "enable_grad", "set_grad_enabled",
     "Device", "all_devices", "cpu", "cpu_numpy", "cuda", "default_device", "strict",

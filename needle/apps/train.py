@@ -27,6 +27,7 @@ import numpy as np
 from tqdm import tqdm
 
 import needle as ndl
+import needle.distributed as dist
 from needle.apps import curves
 from needle.apps.mlp_resnet import MLPResNet, NonFiniteLoss, run_epoch
 from needle.apps.mnist_cnn import MNISTConvNet
@@ -44,6 +45,7 @@ from needle.data import (
     transforms,
 )
 from needle.data.ptb import Corpus, batchify, builtin_ptb_corpus
+from needle.distributed import launch
 
 DEVICES = {"cpu": ndl.cpu, "cuda": ndl.cuda, "strict": ndl.strict}
 OPTIMIZERS = {"adam": ndl.optim.Adam, "sgd": ndl.optim.SGD}
@@ -146,6 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop after N epochs of this invocation; needs a checkpoint (default: never)")
     add("--quiet", action="store_true", help="print only the final summary (default: off)")
     curves.add_arguments(p)
+    add("--distributed", action="store_true",
+        help="data-parallel over the ranks of `mpiexec -n N needle-train --distributed`, "
+             "image models; --batch-size is the global batch (default: off)")
+    add("--verbose", action="store_true",
+        help="with --distributed, let every rank print, not only rank 0 (default: off)")
     return p
 
 
@@ -165,6 +172,7 @@ class Run:
     seconds: float = 0.0  # training time of those epochs
     stop_after: int | None = None
     quiet: bool = False
+    distributed: bool = False  # data-parallel over MPI ranks: rank 0 prints and saves
     saved: tuple[Path, int] | None = None  # the newest checkpoint file and its epoch
     log: curves.EpochLog | None = None  # --log-csv and --plot
 
@@ -195,6 +203,8 @@ def setup(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Run:
         train_set, test_set = _datasets(parser, config)
         train_data = DataLoader(train_set, config["batch_size"], shuffle=True, device=device)
         test_data, vocab = DataLoader(test_set, 1000, device=device), None
+    if args.distributed:
+        train_data, test_data = _shard(parser, config, train_data, test_data)
     run = Run(config, device, train_data, test_data, *_model(config, device, vocab),
               checkpoint, args.resume, stop_after=args.stop_after, quiet=args.quiet)
     if stored is not None:
@@ -205,10 +215,25 @@ def setup(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Run:
         except (ValueError, TypeError, KeyError) as e:
             parser.error(f"--resume: {args.resume} does not fit this model: {e}")
         run.start, run.seconds, run.saved = start, stored["seconds"], (args.resume, start)
-    run.log = curves.EpochLog.from_args(
-        parser, args, language_model=config["model"] in LANGUAGE_MODELS, start=start,
-        title=f"{_model_name(config)} on {DATASETS[config['model']]}, device {config['device']}")
+    if not (args.distributed and dist.rank() != 0):  # under --distributed rank 0 alone writes
+        run.log = curves.EpochLog.from_args(
+            parser, args, language_model=config["model"] in LANGUAGE_MODELS, start=start,
+            title=f"{_model_name(config)} on {DATASETS[config['model']]}, "
+                  f"device {config['device']}")
+    if args.distributed:  # every rank starts from rank 0's weights and buffers
+        run.opt, run.distributed = dist.distributed_optimizer(run.opt, module=run.model), True
     return run
+
+
+def _shard(parser: argparse.ArgumentParser, cfg: dict[str, Any], train: DataLoader,
+           test: DataLoader) -> tuple[DataLoader, DataLoader]:
+    """This rank's share of the data under --distributed (image models only)."""
+    if cfg["model"] in LANGUAGE_MODELS:
+        parser.error(f"--distributed trains image models, not {cfg['model']}")
+    problem = launch.check_batch_size(cfg["batch_size"])
+    if problem:
+        parser.error(problem)
+    return launch.shard_loaders(train, test)
 
 
 def _model(cfg: dict[str, Any], device: Device,
@@ -414,6 +439,7 @@ def train(run: Run, progress: dict[str, int] | None = None) -> dict[str, Any]:
              (len(run.train_loader.dataset), len(run.test_loader.dataset), "test images"))
     say(f"needle-train: {name} on {DATASETS[cfg['model']]}, {sizes[0]} training / {sizes[1]} "
         f"{sizes[2]}, {cfg['optimizer']} lr {cfg['lr']}, device {run.device}"
+        + (f", {dist.world_size()} MPI ranks" if run.distributed else "")
         + (f", resuming {run.resume} after epoch {run.start}" if run.resume else ""))
     started = time.perf_counter()
     metrics: dict[str, Any] = {"epoch": run.start, "seconds": run.seconds}
@@ -470,6 +496,8 @@ def _train_epoch(run: Run, epoch: int) -> dict[str, float]:
     with tqdm(total=steps, desc=f"epoch {epoch}/{run.config['epochs']}",
               leave=False, disable=True if run.quiet else None, file=sys.stderr) as bar:
         train_err, train_loss = _checked_epoch(run, epoch, "training", bar)
+    if run.distributed:  # BatchNorm's running statistics: their mean over the ranks
+        dist.average_buffers(run.model)
     run.model.eval()
     test_err, test_loss = _checked_epoch(run, epoch, "test", None)
     return {"train_err": train_err, "train_loss": train_loss, "test_err": test_err,
@@ -485,8 +513,9 @@ def _checked_epoch(run: Run, epoch: int, phase: str, bar) -> tuple[float, float]
             acc, loss = run_lm_epoch(loader, run.model, ndl.nn.SoftmaxLoss(), opt, LM_SEQ_LEN,
                                      run.config["clip"] or None, run.device, "float32", bar)
             return 1.0 - acc, loss
-        return run_epoch(loader, run.model, ndl.nn.SoftmaxLoss(), opt, create_graph=False,
-                         bar=bar, check_finite=True)
+        err, loss = run_epoch(loader, run.model, ndl.nn.SoftmaxLoss(), opt,
+                              create_graph=False, bar=bar, check_finite=True)
+        return launch.reduce_metrics(err, loss, loader) if run.distributed else (err, loss)
     except NonFiniteLoss as e:
         raise TrainingStopped(f"the {phase} loss became {e.loss} in epoch {epoch}, batch "
                               f"{e.batch}; stopped ({_last_checkpoint(run)}); a smaller --lr "
@@ -494,7 +523,12 @@ def _checked_epoch(run: Run, epoch: int, phase: str, bar) -> tuple[float, float]
 
 
 def _save(run: Run, epoch: int, seconds: float) -> None:
-    """Write the checkpoint after `epoch`: model, optimizer, random state, settings, time."""
+    """Write the checkpoint after `epoch`: model, optimizer, random state, settings, time.
+
+    Under --distributed rank 0 alone writes (the ranks agree: buffers were just averaged)."""
+    if run.distributed and dist.rank() != 0:
+        run.saved = (run.checkpoint, epoch)
+        return
     try:
         ndl.save({"model": run.model.state_dict(), "optimizer": run.opt.state_dict(),
                   "epoch": epoch, "rng": _rng_state(), "config": run.config,
@@ -552,6 +586,13 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of `needle-train` and `python -m needle.apps.train`: the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.distributed:  # one exit status for every rank; rank 0 alone prints
+        return launch.run_job(lambda: _main(parser, args), verbose=args.verbose)
+    return _main(parser, args)
+
+
+def _main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Set up and train; the exit status."""
     run, progress = None, {}
     try:
         run = setup(parser, args)

@@ -18,7 +18,9 @@ class DataLoader:
     Each `iter(loader)` draws `np.random.permutation(len(dataset))` once when shuffling
     (otherwise the order is `np.arange`), and splits it with
     `np.array_split(order, range(batch_size, N, batch_size))`, so only the last batch may be
-    smaller. A batch is `dataset[index_array]` as constant Tensors (requires_grad=False) on
+    smaller. A `sampler` (an iterable of indices with a length, such as
+    `needle.distributed.DistributedSampler`) gives the order instead, drawn at iter() time.
+    A batch is `dataset[index_array]` as constant Tensors (requires_grad=False) on
     `device`, converted to `dtype` when one is given (every array of the batch alike).
     """
 
@@ -29,6 +31,7 @@ class DataLoader:
         shuffle: bool = False,
         device: Device | None = None,
         dtype: Any = None,
+        sampler: Any = None,
     ):
         try:
             size = operator.index(batch_size)
@@ -39,20 +42,29 @@ class DataLoader:
         if isinstance(batch_size, bool) or size < 1:
             raise ValueError(f"DataLoader: batch_size must be a positive integer, got "
                              f"{batch_size!r}")
+        if sampler is not None and shuffle:
+            raise ValueError("DataLoader: sampler and shuffle=True exclude each other (the "
+                             "sampler gives the order)")
         self.dataset = dataset
         self.batch_size = size
         self.shuffle = bool(shuffle)
+        self.sampler = sampler
         self.device = default_device() if device is None else device
         self.dtype = dtype
 
     def __len__(self) -> int:
         """The number of batches per pass."""
-        return -(-len(self.dataset) // self.batch_size)
+        n = len(self.dataset) if self.sampler is None else len(self.sampler)
+        return -(-n // self.batch_size)
 
     def __iter__(self) -> Iterator[tuple[Tensor, ...]]:
         # draw the order now, at iter() time, not at the first next()
-        n = len(self.dataset)
-        order = np.random.permutation(n) if self.shuffle else np.arange(n)
+        if self.sampler is not None:
+            order = np.fromiter(iter(self.sampler), dtype=np.intp)
+        else:
+            n = len(self.dataset)
+            order = np.random.permutation(n) if self.shuffle else np.arange(n)
+        n = len(order)
         batches = np.array_split(order, range(self.batch_size, n, self.batch_size)) if n else []
         return self._batches(batches)
 
@@ -69,6 +81,8 @@ class DataLoader:
     def __repr__(self) -> str:
         return (
             f"DataLoader({self.dataset!r}, batch_size={self.batch_size}, "
-            f"shuffle={self.shuffle}, device={self.device}, dtype={self.dtype!r}, "
+            f"shuffle={self.shuffle}, "
+            + (f"sampler={self.sampler!r}, " if self.sampler is not None else "")
+            + f"device={self.device}, dtype={self.dtype!r}, "
             f"batches={len(self)})"
         )

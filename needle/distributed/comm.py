@@ -1,0 +1,301 @@
+"""The MPI world: init, rank, world size, barrier, and collectives on Tensors and device arrays.
+
+mpi4py is imported by `init()` only, never at `import needle` time. Arrays travel through
+mpi4py's buffer interface (no pickling): cpu arrays go straight to MPI; cuda arrays go straight
+to a CUDA-aware MPI, else through one pinned host buffer (see `staging.py`); arrays of other
+devices (array-api-strict) through a host copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from typing import Any
+
+import numpy as np
+
+from ..autograd import Tensor
+from ..backends import device_of
+from .staging import HostStaging
+
+INSTALL_HINT = ("needle.distributed needs mpi4py and an MPI library: pip install -e "
+                "'.[distributed]' (mpi4py and the mpich wheel), then launch with "
+                "`mpiexec -n 2 ...`")
+OPS = ("sum", "mean")
+
+
+class _World:
+    """The process-wide MPI state: set by init(), cleared by finalize()."""
+
+    MPI: Any = None
+    comm: Any = None
+    cuda_aware: bool = False
+    staging: HostStaging | None = None
+    excepthook: Any = None  # the hook init() replaced, restored by finalize()
+
+
+def _mpi() -> Any:
+    """The mpi4py.MPI module, or a RuntimeError with the install hint."""
+    try:
+        from mpi4py import MPI
+    except ImportError as e:
+        raise RuntimeError(f"{INSTALL_HINT} ({e})") from None
+    return MPI
+
+
+def init(abort_on_error: bool = True) -> None:
+    """Join the MPI world (a world of one outside `mpiexec`); a second call does nothing.
+
+    With `abort_on_error`, an uncaught exception on any rank prints its traceback and aborts
+    the whole job (MPI_Abort), so the other ranks do not wait forever in a collective.
+    """
+    if _World.comm is not None:
+        return
+    MPI = _mpi()
+    _World.MPI, _World.comm = MPI, MPI.COMM_WORLD.Dup()
+    _World.cuda_aware = _query_cuda_aware(MPI, _World.comm)
+    if abort_on_error and _World.comm.Get_size() > 1:
+        _World.excepthook = sys.excepthook
+        sys.excepthook = _abort_on_uncaught
+
+
+def _query_cuda_aware(MPI: Any, comm: Any = None) -> bool:
+    """True when the MPI library reports CUDA support: MPI 4.1's `mpi_memory_alloc_kinds` info
+    of the communicator names cuda (or an mpi4py built with Query_cuda_support says so);
+    NEEDLE_MPI_CUDA_AWARE=0/1 overrides both."""
+    forced = os.environ.get("NEEDLE_MPI_CUDA_AWARE")
+    if forced in ("0", "1"):
+        return forced == "1"
+    query = getattr(MPI, "Query_cuda_support", None)
+    try:
+        if query is not None and query():
+            return True
+        info = comm.Get_info() if comm is not None else None
+        kinds = info.Get("mpi_memory_alloc_kinds") if info is not None else None
+    except Exception:  # noqa: BLE001 - a library without these answers no
+        return False
+    return kinds is not None and any(k.strip().split(":")[0] == "cuda"
+                                     for k in kinds.split(","))
+
+
+def _abort_on_uncaught(kind, value, tb) -> None:
+    """sys.excepthook under MPI: the traceback (from this rank), then MPI_Abort(1)."""
+    sys.stdout.flush()
+    sys.stderr = sys.__stderr__  # a silenced rank (needle-train) still shows its traceback
+    print(f"needle.distributed: rank {rank()} of {world_size()} failed; aborting the job",
+          file=sys.stderr)
+    (_World.excepthook or sys.__excepthook__)(kind, value, tb)
+    sys.stderr.flush()
+    abort(1)
+
+
+def abort(status: int = 1) -> None:
+    """End every rank of the job now with `status` (MPI_Abort); nothing to do without init."""
+    if _World.comm is not None:
+        _World.comm.Abort(status)
+    raise SystemExit(status)
+
+
+def is_initialized() -> bool:
+    """True between init() and finalize()."""
+    return _World.comm is not None
+
+
+def _comm() -> Any:
+    if _World.comm is None:
+        raise RuntimeError("needle.distributed is not initialized: call "
+                           "needle.distributed.init() first")
+    return _World.comm
+
+
+def rank() -> int:
+    """This process's rank, 0 .. world_size() - 1."""
+    return _comm().Get_rank()
+
+
+def world_size() -> int:
+    """The number of processes in the job (1 outside mpiexec)."""
+    return _comm().Get_size()
+
+
+def ranks_on_this_host() -> int:
+    """How many ranks of the job share this machine (MPI's shared-memory split)."""
+    local = _comm().Split_type(_World.MPI.COMM_TYPE_SHARED)
+    try:
+        return local.Get_size()
+    finally:
+        local.Free()
+
+
+def barrier() -> None:
+    """Wait until every rank has called barrier()."""
+    _comm().Barrier()
+
+
+def finalize() -> None:
+    """Leave the world: free the communicator, restore the excepthook (MPI itself finalizes
+    at interpreter exit, as mpi4py arranges)."""
+    if _World.comm is None:
+        return
+    _World.comm.Free()
+    if _World.excepthook is not None:
+        sys.excepthook, _World.excepthook = _World.excepthook, None
+    _World.comm, _World.staging = None, None
+
+
+def all_gather_object(obj: Any) -> list[Any]:
+    """[obj of rank 0, obj of rank 1, ...] on every rank: small Python values (pickled)."""
+    return _comm().allgather(obj)
+
+
+def broadcast_object(obj: Any, root: int = 0) -> Any:
+    """Rank `root`'s `obj` on every rank (small Python values, pickled)."""
+    return _comm().bcast(obj, root=root)
+
+
+def check_agreement(what: str, signature: tuple) -> None:
+    """A ValueError on every rank unless all ranks pass the same `signature`.
+
+    One 16-byte Allreduce (MAX of h and -h, h a digest of the signature) when they agree;
+    the signatures themselves are gathered only to word the error. Without the check a
+    mismatched collective hangs or mixes unrelated bytes.
+    """
+    comm = _comm()
+    if comm.Get_size() == 1:
+        return
+    digest = hashlib.blake2b(repr(signature).encode(), digest_size=7).digest()
+    h = int.from_bytes(digest, "little")  # < 2**56: -h fits int64 too
+    both = np.array([h, -h], dtype=np.int64)
+    comm.Allreduce(_World.MPI.IN_PLACE, both, op=_World.MPI.MAX)
+    if both[0] != h or both[1] != -h:
+        table = "; ".join(f"rank {r}: {s}" for r, s in enumerate(comm.allgather(signature)))
+        raise ValueError(f"needle.distributed.{what}: the ranks disagree ({table})")
+
+
+def allreduce(x: Any, op: str = "sum") -> Any:
+    """Sum (or mean) `x` over all ranks, in place where the array allows; returns `x`.
+
+    `x` is a Tensor (its data is replaced when the array cannot be changed in place) or a
+    device array. Every rank must pass the same shape and dtype: a disagreement raises a
+    ValueError on every rank. `op="mean"` needs a floating dtype.
+    """
+    if op not in OPS:
+        raise ValueError(f"allreduce: op must be one of {OPS}, got {op!r}")
+    arr = x.realize_cached_data() if isinstance(x, Tensor) else x
+    dtype = dtype_of(arr)
+    check_agreement("allreduce", ("allreduce", op, tuple(arr.shape), dtype.name))
+    if op == "mean" and dtype.kind not in "fc":
+        raise TypeError(f"allreduce: op='mean' needs a floating dtype, got {arr.dtype}; "
+                        "use op='sum'")
+    out = _collective(arr, lambda buf: _comm().Allreduce(_World.MPI.IN_PLACE, buf))
+    if op == "mean" and world_size() > 1:
+        out = _scale(out, 1.0 / world_size())
+    return _result(x, out)
+
+
+def broadcast(x: Any, root: int = 0) -> Any:
+    """Rank `root`'s values of `x` on every rank, in place where the array allows; returns
+    `x` (a Tensor gets the new data). Shapes and dtypes must agree, as for allreduce."""
+    arr = x.realize_cached_data() if isinstance(x, Tensor) else x
+    size = world_size()
+    if not 0 <= root < size:
+        raise ValueError(f"broadcast: root must lie in [0, {size}), got {root}")
+    check_agreement("broadcast", ("broadcast", root, tuple(arr.shape), dtype_of(arr).name))
+    out = _collective(arr, lambda buf: _comm().Bcast(buf, root=root))
+    return _result(x, out)
+
+
+def dtype_of(arr: Any) -> np.dtype:
+    """The numpy dtype of any device's array (array-api-strict's print as 'module.name')."""
+    try:
+        return np.dtype(arr.dtype)
+    except TypeError:
+        return np.dtype(str(arr.dtype).rsplit(".", 1)[-1])
+
+
+def _result(x: Any, out: Any) -> Any:
+    """`x` after a collective whose result is the array `out`."""
+    if isinstance(x, Tensor):
+        if out is not x.cached_data:
+            x.cached_data = out
+        return x
+    return out
+
+
+def _scale(arr: Any, factor: float) -> Any:
+    """arr * factor, in place where the array allows (its dtype is kept)."""
+    try:
+        arr *= factor
+        return arr
+    except (TypeError, ValueError):  # a read-only or immutable array
+        return arr * factor
+
+
+def _collective(arr: Any, call) -> Any:
+    """Run `call(buffer)` on a contiguous host or CUDA buffer holding `arr`; the result array.
+
+    cpu: `arr` itself when C-contiguous and writeable, else a contiguous copy (written back
+    into `arr` when writeable). cuda: `arr` itself with a CUDA-aware MPI, else staged through
+    the pinned host buffer and copied back. Other devices: a host copy, returned as a new
+    array of the same device.
+    """
+    if isinstance(arr, np.ndarray):
+        if arr.flags.c_contiguous and arr.flags.writeable:
+            call(arr)
+            return arr
+        buf = np.ascontiguousarray(arr).copy()
+        call(buf)
+        if arr.flags.writeable:
+            arr[...] = buf
+            return arr
+        return buf
+    if hasattr(arr, "__cuda_array_interface__"):
+        return _cuda_collective(arr, call)
+    device = device_of(arr)
+    buf = np.ascontiguousarray(device.to_numpy(arr))
+    call(buf)
+    return device.from_numpy(buf)
+
+
+def _cuda_collective(arr: Any, call) -> Any:
+    """A cupy array: CUDA-aware MPI on the array, or a round trip through pinned memory."""
+    if _World.cuda_aware and arr.flags.c_contiguous:
+        _synchronize(arr)  # MPI reads the memory now: the kernels writing it must be done
+        call(arr)
+        return arr
+    if _World.staging is None:
+        _World.staging = HostStaging()
+    return _World.staging.run(arr, call)
+
+
+def _synchronize(arr: Any) -> None:
+    """Wait until the GPU work queued on `arr`'s device is done (cupy's Device.synchronize)."""
+    arr.device.synchronize()
+
+
+class _Done:
+    """A finished request (the blocking fallback of start_allreduce)."""
+
+    def Wait(self) -> None:  # noqa: N802 - mpi4py's name
+        pass
+
+
+def start_allreduce(buf: Any) -> tuple[Any, Any]:
+    """Begin summing `buf` over the ranks in place: (request, the array with the result).
+
+    A C-contiguous writeable numpy array: a non-blocking in-place Iallreduce (the caller may
+    pack the next bucket meanwhile; in place it is also faster than into a second array, one
+    memory pass less). Otherwise (cuda, strict) the blocking path of allreduce(), which may
+    return a new array, and an already finished request.
+    """
+    if isinstance(buf, np.ndarray) and buf.flags.c_contiguous and buf.flags.writeable:
+        return _comm().Iallreduce(_World.MPI.IN_PLACE, buf), buf
+    out = _collective(buf, lambda b: _comm().Allreduce(_World.MPI.IN_PLACE, b))
+    return _Done(), out
+
+
+def wait_all(requests: list[Any]) -> None:
+    """Wait for every request of start_allreduce."""
+    for request in requests:
+        request.Wait()

@@ -1,0 +1,194 @@
+"""Data parallelism, ChainerMN style: `distributed_optimizer(optimizer)` averages the
+gradients over ranks in step(), then runs the wrapped optimizer's update.
+
+Why an optimizer wrapper rather than a DistributedDataParallel module: needle's autograd has
+no per-parameter hooks, so nothing can start an all-reduce while backward() is still running;
+step() is the first moment at which every gradient is final, and the optimizer is where
+needle already groups parameters by device and dtype into flat arrays. The model stays an
+ordinary Module (its state_dict keys, its checkpoints and the training loop are unchanged).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ..autograd import Tensor
+from ..nn import Module
+from ..optim import Optimizer
+from . import comm
+
+
+def broadcast_module(module: Module, root: int = 0) -> None:
+    """Give every rank rank `root`'s parameters and buffers (in place)."""
+    for tensor in [*module.parameters(), *module.buffers()]:
+        comm.broadcast(tensor, root=root)
+
+
+def average_buffers(module: Module) -> None:
+    """Average the floating buffers (BatchNorm running statistics) over ranks; other buffers
+    take rank 0's values. Every rank must call it (before evaluation and checkpoints)."""
+    if comm.world_size() == 1:
+        return
+    for tensor in module.buffers():
+        if comm.dtype_of(tensor.realize_cached_data()).kind in "fc":
+            comm.allreduce(tensor, op="mean")
+        else:
+            comm.broadcast(tensor, root=0)
+
+
+class _Bucket:
+    """A persistent flat array for one (device, dtype) group of small gradients, and where
+    each parameter's gradient lies in it."""
+
+    def __init__(self, device: Any, dtype: Any, layout: tuple[tuple[int, tuple], ...]):
+        self.layout = layout  # (parameter index, shape) in order
+        self.flat = device.empty((sum(math.prod(shape) for _, shape in layout),), dtype=dtype)
+
+
+class DistributedOptimizer:
+    """`optimizer` whose step() first averages every gradient over the ranks.
+
+    Built by `distributed_optimizer`; every other attribute (lr, state_dict, zero_grad,
+    param_groups of a subclass...) is the wrapped optimizer's, read and written through.
+    """
+
+    _own = ("optimizer", "module", "_buckets")
+
+    def __init__(self, optimizer: Optimizer, module: Module | None = None):
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"distributed_optimizer: expected a needle Optimizer, got "
+                            f"{type(optimizer).__name__}")
+        object.__setattr__(self, "optimizer", optimizer)
+        object.__setattr__(self, "module", module)
+        object.__setattr__(self, "_buckets", {})  # (device, dtype) -> _Bucket
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.optimizer, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self._own:
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.optimizer, name, value)
+
+    def step(self) -> None:
+        """Average the gradients over all ranks, then update as the wrapped optimizer does."""
+        self.allreduce_gradients()
+        self.optimizer.step()
+
+    def allreduce_gradients(self) -> None:
+        """Replace every parameter's grad by its mean over the ranks.
+
+        Gradients above the optimizer's `flat_max_size` are reduced in place in their own
+        arrays (no packing copy: they are large messages already; an array two parameters
+        share is reduced once, one that overlaps another is copied first); the small ones
+        are packed into one flat bucket per device and dtype while the big ones are already
+        in flight (non-blocking Iallreduce on cpu). The ranks check first, in one small
+        collective, that they hold the same gradients (which parameters, shapes, dtypes):
+        otherwise a ValueError on every rank.
+        """
+        size = comm.world_size()
+        if size == 1:
+            return
+        big, small, signature = self._plan()
+        comm.check_agreement("distributed_optimizer.step", signature)
+        requests, results = [], []
+        for indices, grad in big:
+            request, out = comm.start_allreduce(grad)
+            requests.append(request)
+            results.append([(i, out) for i in indices])
+        for (device, dtype), grads in small.items():
+            bucket = self._bucket(device, dtype, grads)
+            start = 0
+            for (_, g), (_, shape) in zip(grads, bucket.layout):
+                end = start + math.prod(shape)
+                bucket.flat[start:end] = device.xp.reshape(g, (-1,))
+                start = end
+            request, out = comm.start_allreduce(bucket.flat)
+            requests.append(request)
+            results.append(_views(bucket.layout, out, device.xp))
+        comm.wait_all(requests)
+        scale, done = 1.0 / size, set()
+        for pairs in results:
+            for i, arr in pairs:
+                if id(arr) not in done:  # a shared array is scaled once
+                    arr *= scale  # in place: the bucket's views see it
+                    done.add(id(arr))
+                p = self.params[i]
+                if p.grad is None or p.grad.cached_data is not arr:
+                    p.grad = Tensor.make_const(arr, device=p.device)
+
+    def _plan(self) -> tuple[list, dict, tuple]:
+        """(big ([indices], grad array) pairs, {(device, dtype): small (index, grad) pairs},
+        the layout signature)."""
+        big: dict[int, tuple[list[int], Any]] = {}
+        small: dict[tuple, list] = {}
+        signature, limit = [], self.optimizer.flat_max_size
+        for i, p in enumerate(self.params):
+            if p.grad is None:
+                continue
+            data = p.realize_cached_data()
+            g = p.grad.realize_cached_data()
+            if g.dtype != data.dtype:  # e.g. a float64 gradient of a float32 parameter
+                g = p.device.xp.astype(g, data.dtype)
+            signature.append((i, tuple(g.shape), comm.dtype_of(g).name))
+            if math.prod(g.shape) <= limit:
+                small.setdefault((p.device, data.dtype), []).append((i, g))
+            elif id(g) in big:
+                big[id(g)][0].append(i)
+            else:
+                if any(_may_overlap(g, other) for _, other in big.values()):
+                    g = p.device.xp.asarray(g, copy=True)
+                big[id(g)] = ([i], g)
+        return list(big.values()), small, tuple(signature)
+
+    def _bucket(self, device: Any, dtype: Any, grads: list) -> _Bucket:
+        """The group's persistent bucket, rebuilt when its parameters or shapes changed."""
+        layout = tuple((i, tuple(g.shape)) for i, g in grads)
+        bucket = self._buckets.get((device, dtype))
+        if bucket is None or bucket.layout != layout:
+            bucket = self._buckets[(device, dtype)] = _Bucket(device, dtype, layout)
+        return bucket
+
+    def __repr__(self) -> str:
+        return f"distributed_optimizer({self.optimizer!r})"
+
+
+def _may_overlap(a: Any, b: Any) -> bool:
+    """False where `a` and `b` surely use separate memory (numpy's bounds check); True for
+    other arrays, which are then reduced from a copy (cheap on a GPU, made anyway on strict)."""
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return bool(np.may_share_memory(a, b))
+    return True
+
+
+def _views(layout: tuple, flat: Any, xp: Any) -> list[tuple[int, Any]]:
+    """(parameter index, its gradient's view of the bucket's flat array)."""
+    views, start = [], 0
+    for i, shape in layout:
+        end = start + math.prod(shape)
+        views.append((i, xp.reshape(flat[start:end], shape)))
+        start = end
+    return views
+
+
+def distributed_optimizer(optimizer: Optimizer, module: Module | None = None
+                          ) -> DistributedOptimizer:
+    """Wrap `optimizer` so that step() averages the gradients over all ranks first.
+
+    Every rank gets rank 0's parameters now (and `module`'s buffers, when given), so all
+    ranks start identical whatever their seed. Call after `needle.distributed.init()`.
+    """
+    wrapped = DistributedOptimizer(optimizer, module)
+    if module is not None:
+        broadcast_module(module)
+        known = {id(p) for p in module.parameters()}
+        others = [p for p in optimizer.params if id(p) not in known]
+    else:
+        others = optimizer.params
+    for p in others:
+        comm.broadcast(p)
+    return wrapped

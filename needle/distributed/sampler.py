@@ -1,0 +1,69 @@
+"""DistributedSampler: every rank's disjoint, equal-sized shard of one shared permutation."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+
+
+class DistributedSampler:
+    """The dataset indices of rank `rank` of `num_replicas`, for `DataLoader(sampler=...)`.
+
+    Every rank draws the same order: `np.random.permutation(n)` from numpy's global state
+    (the ranks seed it alike and draw the same numbers, so it stays in step), or, with
+    `seed`, from `RandomState(seed + epoch)` regardless of the global state. The order is
+    padded with its own first indices (or, with `drop_last`, truncated) to a multiple of
+    `num_replicas`, so every shard has the same length and no rank waits for another.
+    Rank r takes order[r::num_replicas]: batch i of every rank together is batch i of a
+    single process with `num_replicas` times the batch size. `shuffle=False`, `pad=False`
+    shard an evaluation set exactly (shards may then differ by one index).
+    """
+
+    def __init__(self, size: int, num_replicas: int, rank: int, shuffle: bool = True,
+                 seed: int | None = None, drop_last: bool = False, pad: bool = True):
+        if num_replicas < 1 or not 0 <= rank < num_replicas:
+            raise ValueError(f"DistributedSampler: rank {rank} is not in a world of "
+                             f"{num_replicas}")
+        if size < 0:
+            raise ValueError(f"DistributedSampler: size must be >= 0, got {size}")
+        self.size, self.num_replicas, self.rank = int(size), int(num_replicas), int(rank)
+        self.shuffle, self.seed, self.drop_last, self.pad = bool(shuffle), seed, drop_last, pad
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use epoch `epoch`'s permutation (with `seed`: RandomState(seed + epoch))."""
+        self.epoch = int(epoch)
+
+    def total(self) -> int:
+        """Indices over all ranks after padding or truncation."""
+        w = self.num_replicas
+        if self.drop_last:
+            return self.size - self.size % w
+        return -(-self.size // w) * w if self.pad else self.size
+
+    def __len__(self) -> int:
+        """The number of indices of this rank."""
+        return len(range(self.rank, self.total(), self.num_replicas))
+
+    def order(self) -> np.ndarray:
+        """The shared order of all ranks (padded or truncated), drawn now."""
+        n = self.size
+        if not self.shuffle:
+            order = np.arange(n)
+        elif self.seed is not None:
+            order = np.random.RandomState(self.seed + self.epoch).permutation(n)
+        else:
+            order = np.random.permutation(n)
+        total = self.total()
+        if total > n:  # pad with the first indices (again and again for tiny sets)
+            order = np.resize(order, total)
+        return order[:total]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.order()[self.rank::self.num_replicas].tolist())
+
+    def __repr__(self) -> str:
+        return (f"DistributedSampler(size={self.size}, num_replicas={self.num_replicas}, "
+                f"rank={self.rank}, shuffle={self.shuffle}, seed={self.seed}, "
+                f"epoch={self.epoch}, per_rank={len(self)})")

@@ -1,0 +1,151 @@
+"""Programs that tests/test_distributed.py runs under `mpiexec -n 2`: `python mpi_cases.py CASE`.
+
+Each case prints `rank R ok ...` lines on success; anything else (an assertion, a hang caught
+by the test's timeout, a non-zero exit) fails the test.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+import needle as ndl
+import needle.distributed as dist
+
+
+def collectives() -> None:
+    """allreduce/broadcast on float32, float64, int64 of sizes 0, 1, 10**6; then mismatches."""
+    r, w = dist.rank(), dist.world_size()
+    assert w == 2, w
+    for dtype in ("float32", "float64", "int64"):
+        for n in (0, 1, 10**6):
+            a = (np.arange(n) % 7 + 10 * r).astype(dtype)
+            expected = sum((np.arange(n) % 7 + 10 * k).astype(dtype) for k in range(w))
+            out = dist.allreduce(a)
+            assert out is a and out.dtype == dtype and np.array_equal(a, expected), (dtype, n)
+            if dtype != "int64":
+                m = (np.arange(n) % 5 + r).astype(dtype)
+                dist.allreduce(m, op="mean")
+                assert np.array_equal(m, (np.arange(n) % 5 + 0.5).astype(dtype)), (dtype, n)
+            b = np.full(n, r + 3, dtype=dtype)
+            out = dist.broadcast(b, root=1)
+            assert out is b and np.array_equal(b, np.full(n, 4, dtype=dtype)), (dtype, n)
+    # Tensors on cpu and strict; a non-contiguous array is reduced and written back
+    for device in (ndl.cpu(), ndl.strict()):
+        t = ndl.Tensor(np.full((2, 3), float(r + 1)), device=device, dtype="float32")
+        assert dist.allreduce(t, op="mean") is t
+        assert np.array_equal(t.numpy(), np.full((2, 3), 1.5, dtype="float32")), device
+    strided = np.zeros((4, 4))
+    strided[:, ::2] = r + 1
+    dist.allreduce(strided[:, ::2])
+    assert (strided[:, ::2] == 3).all() and (strided[:, 1::2] == 0).all()
+    print(f"rank {r} ok values")
+    for name, call in [
+        ("shape", lambda: dist.allreduce(np.zeros(3 + r, dtype="float32"))),
+        ("dtype", lambda: dist.allreduce(np.zeros(3, dtype="float32" if r else "float64"))),
+        ("op", lambda: dist.allreduce(np.zeros(3)) if r else dist.broadcast(np.zeros(3))),
+    ]:
+        try:
+            call()
+        except ValueError as e:
+            assert "ranks disagree" in str(e) and "rank 0" in str(e) and "rank 1" in str(e), e
+            print(f"rank {r} ok {name} mismatch: {e}")
+        else:
+            raise AssertionError(f"no error for a {name} mismatch")
+    dist.barrier()  # the world still works after the errors
+
+
+def _mlp(seed: int) -> ndl.nn.Module:
+    """No BatchNorm, no dropout; the 300 x 200 weight is above the optimizer's flat_max_size,
+    so it travels on its own while the others share one flat bucket."""
+    np.random.seed(seed)
+    nn = ndl.nn
+    return nn.Sequential(nn.Linear(20, 300), nn.ReLU(), nn.Linear(300, 200), nn.Tanh(),
+                         nn.Linear(200, 10))
+
+
+def _train(model, opt, batches) -> list[np.ndarray]:
+    loss_fn = ndl.nn.SoftmaxLoss()
+    for x, y in batches:
+        opt.reset_grad()
+        loss_fn(model(ndl.Tensor(x, dtype="float32")), ndl.Tensor(y)).backward()
+        opt.step()
+    return [p.numpy() for p in model.parameters()]
+
+
+def parity() -> None:
+    """20 SGD and 20 Adam steps: 2 ranks on batch b each == one process on batch 2b."""
+    r, w = dist.rank(), dist.world_size()
+    rng = np.random.RandomState(7)
+    data = [(rng.randn(16, 20), rng.randint(0, 10, 16)) for _ in range(20)]
+    for name, make in [("sgd", lambda ps: ndl.optim.SGD(ps, lr=0.1, momentum=0.9,
+                                                         weight_decay=1e-3)),
+                       # no weight decay for Adam: where wd p cancels the gradient to ~eps,
+                       # Adam's normalised step turns float32 rounding of the sum into
+                       # differences of order lr (seen: 1e-3), in either summation order
+                       ("adam", lambda ps: ndl.optim.Adam(ps, lr=0.001))]:
+        model = _mlp(seed=r)  # a different start on every rank: broadcast must fix it
+        opt = dist.distributed_optimizer(make(model.parameters()), module=model)
+        shard = [(x[r::w], y[r::w]) for x, y in data]
+        got = _train(model, opt, shard)
+        single = _mlp(seed=0)
+        want = _train(single, make(single.parameters()), data)
+        # relative in the 2-norm, parameter by parameter; the largest single element's
+        # difference relative to the parameter's largest magnitude is printed too
+        worst = max(float(np.linalg.norm(g - e) / np.linalg.norm(e)) for g, e in zip(got, want))
+        elementwise = max(float(np.abs(g - e).max() / np.abs(e).max()) for g, e in zip(got, want))
+        print(f"rank {r} {name}: norm-relative {worst:.2e}, elementwise {elementwise:.2e}")
+        assert worst <= 1e-6, (name, worst)
+        moved = max(float(np.abs(e - p.numpy()).max()) for e, p in zip(want, _mlp(0).parameters()))
+        assert moved > 5e-3, (name, moved)  # the steps changed the weights
+        print(f"rank {r} ok {name} relative difference {worst:.2e}")
+
+
+def shared() -> None:
+    """Gradients that share memory (one array for two parameters, overlapping views) are
+    averaged once each, big and small alike."""
+    r = dist.rank()
+    n = ndl.optim.Optimizer.flat_max_size + 1
+    params = [ndl.nn.Parameter(np.zeros(n, dtype="float32")) for _ in range(4)]
+    params += [ndl.nn.Parameter(np.zeros(3, dtype="float32")) for _ in range(2)]
+    opt = dist.distributed_optimizer(ndl.optim.SGD(params, lr=1.0))
+    base = np.full(2 * n, 2.0 * (r + 1), dtype="float32")  # mean over the ranks: 3
+    one = ndl.Tensor.make_const(np.full(n, 2.0 * (r + 1), dtype="float32"))
+    params[0].grad = params[1].grad = one  # the same Tensor
+    params[2].grad = ndl.Tensor.make_const(base[:n])  # views of one array that overlap
+    params[3].grad = ndl.Tensor.make_const(base[1:n + 1])
+    small = ndl.Tensor.make_const(np.full(3, 2.0 * (r + 1), dtype="float32"))
+    params[4].grad = params[5].grad = small
+    opt.allreduce_gradients()
+    for k, p in enumerate(params):
+        assert np.array_equal(p.grad.numpy(), np.full(p.shape, 3.0, dtype="float32")), k
+    opt.allreduce_gradients()  # again, on the means themselves: they stay
+    assert all((p.grad.numpy() == 3).all() for p in params)
+    print(f"rank {r} ok shared gradients")
+
+
+def fault() -> None:
+    """needle-train --distributed whose rank 1 raises after step 5 of epoch 2."""
+    from needle.apps import train
+
+    calls = {"n": 0}
+    step = ndl.optim.Optimizer.step
+
+    def failing_step(self):
+        calls["n"] += 1
+        if dist.rank() == 1 and calls["n"] == steps_per_epoch + 5:
+            raise RuntimeError("injected failure on rank 1")
+        step(self)
+
+    argv = sys.argv[2:]
+    steps_per_epoch = -(-5000 // int(argv[argv.index("--batch-size") + 1]))
+    ndl.optim.Optimizer.step = failing_step
+    sys.exit(train.main(argv))
+
+
+if __name__ == "__main__":
+    case = sys.argv[1]
+    if case != "fault":
+        dist.init()
+    {"collectives": collectives, "parity": parity, "shared": shared, "fault": fault}[case]()
