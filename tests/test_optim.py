@@ -278,3 +278,23 @@ def test_flat_cache_is_explicit_per_group_and_never_stale(device):
     opt.step()
     for p, ref in zip(params[:2], expected):
         np.testing.assert_allclose(p.numpy(), ref, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("shapes", [[BIG], MIXED], ids=["big", "mixed"])
+def test_step_never_changes_arrays_it_did_not_make(rule, shapes, device):
+    """The update rules' in-place operators (Adam's `+=`, `*=`, `/=`) touch only arrays the
+    rule made itself: a gradient, an old parameter or old state seen from outside keeps its
+    values. On jax, whose arrays are immutable, the same lines fall back to `a = a + b`."""
+    params = params_on(device, shapes=shapes)
+    opt = RULES[rule][0](params)
+    seen = []
+    for step in range(3):
+        set_grads(params, grads_for(step, shapes), device)
+        arrays = [p.cached_data for p in params] + [p.grad.cached_data for p in params]
+        arrays += [a for state in opt.state.values() for a in state.values()]
+        seen.append([(a, device.to_numpy(a)) for a in arrays])
+        opt.step()
+    for arrays in seen:
+        for array, before in arrays:
+            np.testing.assert_array_equal(device.to_numpy(array), before)
