@@ -147,7 +147,7 @@ def main() -> None:
           f"{args.steps} steps, best of {args.rounds} fresh processes")
     print(f"| {'device':<14} | {'ms/step':>8} | {'steps/s':>8} | {'vs cpu':>7} | "
           f"{'vs PyTorch':>10} |")
-    print(f"|{'-' * 16}|{'-' * 10}:|{'-' * 10}:|{'-' * 9}:|{'-' * 12}:|")
+    print(f"|{'-' * 16}|{'-' * 9}:|{'-' * 9}:|{'-' * 8}:|{'-' * 11}:|")
     for name, ms in best.items():
         vs_torch = f"{ms / ref:.2f}x" if ref else "-"
         print(f"| {name:<14} | {ms:8.2f} | {1e3 / ms:8.1f} | {ms / best['cpu']:6.2f}x | "
