@@ -2,7 +2,8 @@
 
 An unavailable device is skipped with its reason, summarised in one line per device at the end
 (other skips are listed as usual); `--device cpu,strict` (or a repeated `--device`) narrows the
-run to the named devices. Tests marked `slow` run by default; `-m "not slow"` leaves them out.
+run to the named devices, and `--device torch:cuda` / `torch:mps` adds PyTorch's GPUs. Tests
+marked `slow` run by default; `-m "not slow"` leaves them out.
 """
 
 from __future__ import annotations
@@ -15,51 +16,60 @@ import pytest
 # user_properties entry of a test skipped because its device is unavailable
 DEVICE_SKIP = "needle_unavailable_device"
 
-DEVICE_NAMES = ("cpu", "cuda", "strict")
+# the devices every run tries (unavailable ones are skipped), and those only --device names
+DEVICE_NAMES = ("cpu", "cuda", "strict", "torch", "jax")
+EXTRA_DEVICE_NAMES = ("torch:cuda", "torch:mps")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--device", action="append", default=None, metavar="NAME",
-        help=f"run device-parametrized tests only on these devices, of {DEVICE_NAMES} "
-             "(comma-separated or repeated)",
+        help=f"run device-parametrized tests only on these devices, of "
+             f"{DEVICE_NAMES + EXTRA_DEVICE_NAMES} (comma-separated or repeated)",
     )
 
 
 def selected_devices(config: pytest.Config) -> tuple[str, ...]:
-    """The device names chosen with --device (all by default)."""
+    """The device names chosen with --device (all of DEVICE_NAMES by default)."""
     raw = config.getoption("--device")
     if not raw:
         return DEVICE_NAMES
     names = tuple(n.strip() for item in raw for n in item.split(",") if n.strip())
-    unknown = sorted(set(names) - set(DEVICE_NAMES))
+    unknown = sorted(set(names) - set(DEVICE_NAMES + EXTRA_DEVICE_NAMES))
     if unknown:
         raise pytest.UsageError(f"--device: unknown device(s) {unknown}; choose from "
-                                f"{DEVICE_NAMES}")
-    return names
+                                f"{DEVICE_NAMES + EXTRA_DEVICE_NAMES}")
+    return tuple(dict.fromkeys(names))
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
-    chosen = selected_devices(config)
-    keep, drop = [], []
-    for item in items:
-        callspec = getattr(item, "callspec", None)
-        name = callspec.params.get("device") if callspec else None
-        (drop if name is not None and name not in chosen else keep).append(item)
-    if drop:
-        config.hook.pytest_deselected(items=drop)
-        items[:] = keep
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "device" in metafunc.fixturenames:
+        metafunc.parametrize("device", selected_devices(metafunc.config), indirect=True)
 
 
-@pytest.fixture(params=DEVICE_NAMES)
-def device(request: pytest.FixtureRequest):
-    """A needle Device; skipped, with the reason, where it is unavailable."""
+def make_device(name: str):
+    """The Device a test name stands for: "torch:cuda" is `backends.torch("cuda")`."""
     from needle import backends
 
-    dev = getattr(backends, request.param)()
+    kind, _, where = name.partition(":")
+    factory = getattr(backends, kind)
+    return factory(where) if where else factory()
+
+
+@pytest.fixture
+def device(request: pytest.FixtureRequest):
+    """A needle Device; skipped, with the reason, where it is unavailable."""
+    dev = make_device(request.param)
     if not dev.enabled():
         request.node.user_properties.append((DEVICE_SKIP, request.param))
         pytest.skip(dev.unavailable_reason())
+    if dev.kind == "jax" and dev._xp is None:
+        # the suite checks float64 everywhere (gradients by central differences), so it
+        # opts in to jax's 64-bit types as a user would; test_jax_device.py checks the
+        # 32-bit default in a fresh process
+        from needle.backends.jax_device import import_jax
+
+        import_jax().config.update("jax_enable_x64", True)
     return dev
 
 

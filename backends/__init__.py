@@ -1,4 +1,4 @@
-"""Devices: the only part of needle that knows numpy, cupy or array-api-strict.
+"""Devices: the only part of needle that knows numpy, cupy, array-api-strict, torch or jax.
 
 Installed as `needle.backends`. Factories return one cached Device per (kind, index).
 """
@@ -10,17 +10,20 @@ from typing import Any
 from .cpu import CPUDevice
 from .cuda import CUDADevice
 from .device import Device, host_array
+from .jax_device import JaxDevice
 from .strict import STRICT_DEVICES, StrictDevice
+from .torch_device import TorchDevice
 
 __all__ = [
-    "Device", "CPUDevice", "CUDADevice", "StrictDevice", "cpu", "cpu_numpy", "cuda", "strict",
+    "Device", "CPUDevice", "CUDADevice", "StrictDevice", "TorchDevice", "JaxDevice", "cpu",
+    "cpu_numpy", "cuda", "strict", "torch", "jax",
     "get_device", "default_device", "all_devices", "namespace", "device_of", "host_array",
 ]
 
-_DEVICES: dict[tuple[type, int], Device] = {}
+_DEVICES: dict[tuple[type, int | str | None], Device] = {}
 
 
-def _get(cls: type, index: int) -> Device:
+def _get(cls: type, index: int | str | None) -> Device:
     key = (cls, index)
     dev = _DEVICES.get(key)
     if dev is None:
@@ -46,15 +49,33 @@ def strict(index: int = 0) -> Device:
     return _get(StrictDevice, index)
 
 
-_KINDS: dict[str, type] = {"cpu": CPUDevice, "cuda": CUDADevice, "strict": StrictDevice}
+def torch(device: str = "cpu") -> Device:
+    """PyTorch tensors on "cpu", "cuda", "cuda:N" or "mps" (torch is imported lazily)."""
+    from .torch_device import normalize
+
+    return _get(TorchDevice, normalize(device))
 
 
-def get_device(kind: str, index: int = 0) -> Device:
-    """The device of `kind` ("cpu", "cuda" or "strict") and `index`; how devices unpickle."""
+def jax(device: str | None = None) -> Device:
+    """JAX arrays on jax's default device, or on "cpu", "gpu", "tpu" (":N" picks one)."""
+    from .jax_device import normalize
+
+    return _get(JaxDevice, normalize(device))
+
+
+_KINDS: dict[str, type] = {"cpu": CPUDevice, "cuda": CUDADevice, "strict": StrictDevice,
+                           "torch": TorchDevice, "jax": JaxDevice}
+_FACTORIES = {"torch": torch, "jax": jax}
+
+
+def get_device(kind: str, index: int | str | None = 0) -> Device:
+    """The device of `kind` ("cpu", "cuda", "strict", "torch" or "jax") and `index`; how
+    devices unpickle."""
     cls = _KINDS.get(kind)
     if cls is None:
         raise ValueError(f"unknown device kind {kind!r}; needle has {', '.join(_KINDS)}")
-    return _get(cls, index)
+    factory = _FACTORIES.get(kind)
+    return factory(index) if factory is not None else _get(cls, index)
 
 
 def default_device() -> Device:
@@ -86,6 +107,10 @@ def device_of(array: Any) -> Device:
         return cpu()
     if module.startswith("cupy"):
         return cuda(array.device.id)
+    if module.startswith("torch"):
+        return torch(str(array.device))
+    if module.startswith(("jax", "jaxlib")):
+        return _jax_device_of(array)
     if module.startswith("array_api_strict"):
         import array_api_strict as xs
 
@@ -93,3 +118,12 @@ def device_of(array: Any) -> Device:
             if array.device == xs.Device(name):
                 return strict(index)
     raise TypeError(f"needle has no device for arrays of type {type(array).__name__}")
+
+
+def _jax_device_of(array: Any) -> Device:
+    """jax() for arrays on jax's default device, else jax("platform:id")."""
+    (native,) = array.devices()
+    default = jax()
+    if default.enabled() and default.native == native:
+        return default
+    return jax(f"{native.platform}:{native.id}")

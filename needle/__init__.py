@@ -15,7 +15,17 @@ from .autograd import (
     set_grad_enabled,
 )
 from .backend_ndarray import course_getattr as _course_getattr
-from .backends import Device, all_devices, cpu, cpu_numpy, cuda, default_device, strict
+from .backends import (
+    Device,
+    all_devices,
+    cpu,
+    cpu_numpy,
+    cuda,
+    default_device,
+    jax,
+    strict,
+    torch,
+)
 from .serialization import load, save
 from .init import ones, ones_like, zeros, zeros_like
 from .ops import *  # noqa: F403
@@ -26,7 +36,8 @@ __all__ = [
     "autograd", "backends", "data", "distributed", "init", "nn", "ops", "optim", "viz",
     "Op", "Tensor", "TensorOp", "TensorTuple", "TensorTupleOp", "Value", "is_grad_enabled",
     "no_grad", "enable_grad", "set_grad_enabled",
-    "Device", "all_devices", "cpu", "cpu_numpy", "cuda", "default_device", "strict",
+    "Device", "all_devices", "cpu", "cpu_numpy", "cuda", "default_device", "strict", "torch",
+    "jax",
     "load", "save", "ones", "ones_like", "zeros", "zeros_like",
 ]
 __all__ += ops.__all__

@@ -1,8 +1,8 @@
 """Course-compatibility names: `import needle.backend_ndarray as nd` as in the course's hw3/hw4.
 
 - `NDArray`: a class that `isinstance` accepts for the native arrays of every needle device
-  (numpy on cpu, cupy on cuda, array-api-strict on strict); `NDArray(a, device=None)` makes
-  a float32 array on `device` as the course's constructor does.
+  (numpy on cpu, cupy on cuda, array-api-strict on strict, torch and jax arrays);
+  `NDArray(a, device=None)` makes a float32 array on `device` as the course's constructor does.
 - `array(a, dtype="float32", device=None)`: `device.asarray(a, dtype=dtype)` on `device`
   (the default device when None).
 - `cpu()`, `cpu_numpy()`, `cuda()`, `default_device()`: needle's device factories.
@@ -34,7 +34,8 @@ def is_device_array(obj: Any) -> bool:
     """True for a native array that some needle device holds; never imports or probes one.
 
     Decided by the type's module, as `backends.device_of` does: numeric numpy arrays and
-    scalars (what cpu tensors hold), cupy ndarrays, array-api-strict Arrays.
+    scalars (what cpu tensors hold), cupy ndarrays, array-api-strict Arrays, torch Tensors
+    and jax Arrays.
     """
     cls = type(obj)
     package = cls.__module__.partition(".")[0]
@@ -44,6 +45,10 @@ def is_device_array(obj: Any) -> bool:
         return cls.__name__ == "ndarray"
     if package == "array_api_strict":
         return cls.__name__ == "Array"
+    if package == "torch":
+        return cls.__name__ == "Tensor"
+    if package in ("jax", "jaxlib"):
+        return cls.__name__ == "ArrayImpl"
     return False
 
 

@@ -363,6 +363,24 @@ def test_reshape_and_broadcast_errors_name_shapes(device):
         a.broadcast_to((3, 3))
 
 
+def test_reshape_and_broadcast_checks_before_the_library(device):
+    """The Python checks agree with numpy's rules, so every device raises the same error."""
+    a = ndl.Tensor(np.ones((2, 3)), device=device)
+    assert a.reshape((-1, 2)).shape == (3, 2) and a.reshape((6, -1)).shape == (6, 1)
+    assert ndl.Tensor(np.ones((0, 3)), device=device).reshape((-1, 3)).shape == (0, 3)
+    for bad in ((-1, -1), (4, -1), (-2, -3), (7,)):
+        with pytest.raises(ValueError, match=r"reshape: cannot reshape \(2, 3\)"):
+            a.reshape(bad)
+    assert a.broadcast_to((4, 2, 3)).shape == (4, 2, 3)
+    for bad in ((3,), (2, 1), (2, -1), (1, 2, 4)):
+        with pytest.raises(ValueError, match=r"broadcast_to: cannot broadcast \(2, 3\)"):
+            a.broadcast_to(bad)
+    for shape in ((3, 1), (2, 2)):
+        b = ndl.Tensor(np.ones(shape), device=device)
+        with pytest.raises(ValueError, match=r"add: shapes \(2, 3\) and"):
+            a + b
+
+
 def test_mixing_devices_names_both_devices(device):
     other = ndl.strict(1) if device.kind == "strict" else ndl.strict()
     if not other.enabled():

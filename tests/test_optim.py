@@ -355,3 +355,23 @@ def test_in_place_kernel_declines_arrays_it_cannot_update():
     assert not adam_in_place(np, frozen, g, m, v, lr_t=0.1, beta1=0.9, beta2=0.99, eps_t=1e-8,
                              weight_decay=0.0)
     assert (m == 0).all() and (v == 0).all()  # nothing changed
+
+
+@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("shapes", [[BIG], MIXED], ids=["big", "mixed"])
+def test_step_never_changes_arrays_it_did_not_make(rule, shapes, device):
+    """The update rules' in-place operators (Adam's `+=`, `*=`, `/=`) touch only arrays the
+    rule made itself: a gradient, an old parameter or old state seen from outside keeps its
+    values. On jax, whose arrays are immutable, the same lines fall back to `a = a + b`."""
+    params = params_on(device, shapes=shapes)
+    opt = RULES[rule][0](params)
+    seen = []
+    for step in range(3):
+        set_grads(params, grads_for(step, shapes), device)
+        arrays = [p.cached_data for p in params] + [p.grad.cached_data for p in params]
+        arrays += [a for state in opt.state.values() for a in state.values()]
+        seen.append([(a, device.to_numpy(a)) for a in arrays])
+        opt.step()
+    for arrays in seen:
+        for array, before in arrays:
+            np.testing.assert_array_equal(device.to_numpy(array), before)

@@ -86,11 +86,12 @@ def test_pytest_registers_slow_and_ci_runs_it():
 
 
 def test_unavailable_devices_are_summarised_in_one_line_each(tmp_path):
-    # the project's pytest setup, with cuda and strict made unavailable whatever this machine has
+    # the project's pytest setup, with every device but cpu made unavailable whatever this
+    # machine has
     (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
     (tmp_path / "conftest.py").write_text((ROOT / "conftest.py").read_text() + textwrap.dedent("""
         from needle import backends as _backends
-        for _name in ("cuda", "strict"):
+        for _name in ("cuda", "strict", "torch", "jax"):
             _cls = type(getattr(_backends, _name)())
             _cls.enabled = lambda self: False
             _cls.unavailable_reason = lambda self, n=_name: f"{n}() is unavailable: test"
@@ -105,10 +106,12 @@ def test_unavailable_devices_are_summarised_in_one_line_each(tmp_path):
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
                          capture_output=True, text=True, cwd=tmp_path).stdout
     lines = out.strip().splitlines()
-    assert lines[-4:-1] == ["SKIPPED [1] tests/test_x.py:5: not today",
+    assert lines[-6:-1] == ["SKIPPED [1] tests/test_x.py:5: not today",
                             "cuda: 2 tests skipped: cuda() is unavailable: test",
-                            "strict: 2 tests skipped: strict() is unavailable: test"], out
-    assert lines[-1].startswith("2 passed, 5 skipped") and "SKIPPED [2]" not in out
+                            "strict: 2 tests skipped: strict() is unavailable: test",
+                            "torch: 2 tests skipped: torch() is unavailable: test",
+                            "jax: 2 tests skipped: jax() is unavailable: test"], out
+    assert lines[-1].startswith("2 passed, 9 skipped") and "SKIPPED [2]" not in out
 
 
 def test_readme_documents_every_needle_train_option():

@@ -6,6 +6,7 @@
     needle-train --model resnet9 --data-dir cifar-10-batches-py   # a CIFAR-10 copy of yours
     needle-train --model lstm           # a word-level language model on the built-in PTB
     needle-train --device strict --epochs 2 --quiet
+    needle-train --device torch:cuda    # PyTorch's GPU (or torch:cpu, torch:mps, jax)
     needle-train --checkpoint run.npz   # saved after every epoch; --resume run.npz continues
 
 Exit status: 0 done, 1 the loss became nan/inf or a checkpoint could not be written,
@@ -47,7 +48,8 @@ from needle.data import (
 from needle.data.ptb import Corpus, batchify, builtin_ptb_corpus
 from needle.distributed import launch
 
-DEVICES = {"cpu": ndl.cpu, "cuda": ndl.cuda, "strict": ndl.strict}
+DEVICES = {"cpu": ndl.cpu, "cuda": ndl.cuda, "strict": ndl.strict, "jax": ndl.jax,
+           **{f"torch:{where}": (lambda w=where: ndl.torch(w)) for where in ("cpu", "cuda", "mps")}}
 OPTIMIZERS = {"adam": ndl.optim.Adam, "sgd": ndl.optim.SGD}
 SCHEDULES = ("cosine", "constant")
 # the settings of a run: stored in its checkpoints; a resumed run must agree (but --epochs)

@@ -56,20 +56,24 @@ def unbroadcast(adjoint: Tensor | None, x: Tensor) -> Tensor | None:
     return sum_to_shape(adjoint, x.shape)
 
 
-def shape_error(op: str, a, b, error: Exception) -> ValueError:
-    """The ValueError for operands whose shapes do not broadcast, naming both shapes."""
-    return ValueError(f"{op}: shapes {tuple(a.shape)} and {tuple(b.shape)} are not "
-                      f"broadcastable ({error})")
+def check_broadcast(op: str, a, b) -> None:
+    """ValueError naming both shapes unless they broadcast (checked here, not by the library:
+    numpy raises ValueError, torch RuntimeError, jax TypeError)."""
+    sa, sb = a.shape, b.shape
+    if sa == sb:
+        return
+    for m, n in zip(reversed(sa), reversed(sb)):
+        if m != n and m != 1 and n != 1:
+            raise ValueError(f"{op}: shapes {tuple(sa)} and {tuple(sb)} are not broadcastable "
+                             f"(sizes {m} and {n} from the right)")
 
 
 class EWiseAdd(TensorOp):
     """a + b."""
 
     def compute(self, a, b):
-        try:
-            return a + b
-        except ValueError as e:
-            raise shape_error("add", a, b, e) from None
+        check_broadcast("add", a, b)
+        return a + b
 
     def gradient(self, out_grad, node):
         a, b = node.inputs
@@ -91,10 +95,8 @@ class AddN(TensorOp):
     def compute(self, *arrays):
         out = arrays[0]
         for a in arrays[1:]:
-            try:
-                out = out + a
-            except ValueError as e:
-                raise shape_error("add_n", out, a, e) from None
+            check_broadcast("add_n", out, a)
+            out = out + a
         return out
 
     def gradient(self, out_grad, node):
@@ -128,10 +130,8 @@ class EWiseMul(TensorOp):
     """a * b."""
 
     def compute(self, a, b):
-        try:
-            return a * b
-        except ValueError as e:
-            raise shape_error("multiply", a, b, e) from None
+        check_broadcast("multiply", a, b)
+        return a * b
 
     def gradient(self, out_grad, node):
         a, b = node.inputs
@@ -171,10 +171,8 @@ class EWisePow(TensorOp):
     """a ** b, elementwise."""
 
     def compute(self, a, b):
-        try:
-            return namespace(a).pow(a, b)
-        except ValueError as e:
-            raise shape_error("power", a, b, e) from None
+        check_broadcast("power", a, b)
+        return namespace(a).pow(a, b)
 
     def gradient(self, out_grad, node):
         # d/da a^b = b a^(b-1);  d/db a^b = a^b log a. Where a == 0 both would be 0 * inf
@@ -250,10 +248,8 @@ class EWiseDiv(TensorOp):
     """a / b."""
 
     def compute(self, a, b):
-        try:
-            return a / b
-        except ValueError as e:
-            raise shape_error("divide", a, b, e) from None
+        check_broadcast("divide", a, b)
+        return a / b
 
     def gradient(self, out_grad, node):
         a, b = node.inputs

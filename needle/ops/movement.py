@@ -2,9 +2,38 @@
 
 from __future__ import annotations
 
+import math
+
+from array_api_compat import is_writeable_array
+from array_api_extra import at
+
 from ..autograd import Tensor, TensorOp
 from ..backends import namespace
 from .axes import freeze_axes, int_at_least, normalize_axes, normalize_axis
+
+
+def check_reshape(shape: tuple, new: tuple) -> None:
+    """ValueError naming both shapes unless `shape` can be viewed as `new` (one -1 allowed);
+    checked here because libraries raise different exception types."""
+    known, unknown = 1, 0
+    for n in new:
+        if n == -1:
+            unknown += 1
+        elif n < 0:
+            unknown = 2  # a size below -1 is never valid
+        else:
+            known *= n
+    size = math.prod(shape)
+    if unknown > 1 or (size != known if not unknown else (known == 0 or size % known)):
+        raise ValueError(f"reshape: cannot reshape {shape} ({size} elements) into {new}")
+
+
+def check_broadcast_to(shape: tuple, new: tuple) -> None:
+    """ValueError naming both shapes unless `shape` broadcasts to `new` by numpy's rules."""
+    lead = len(new) - len(shape)
+    if lead < 0 or any(m != n and m != 1 for m, n in zip(shape, new[lead:])) or any(
+            n < 0 for n in new):
+        raise ValueError(f"broadcast_to: cannot broadcast {shape} to {new}")
 
 
 class Reshape(TensorOp):
@@ -14,11 +43,8 @@ class Reshape(TensorOp):
         self.shape = tuple(shape)
 
     def compute(self, a):
-        try:
-            return namespace(a).reshape(a, self.shape)
-        except ValueError as e:
-            raise ValueError(f"reshape: cannot reshape {tuple(a.shape)} into {self.shape} "
-                             f"({e})") from None
+        check_reshape(tuple(a.shape), self.shape)
+        return namespace(a).reshape(a, self.shape)
 
     def gradient(self, out_grad, node):
         return reshape(out_grad, node.inputs[0].shape)
@@ -36,11 +62,8 @@ class BroadcastTo(TensorOp):
         self.shape = tuple(shape)
 
     def compute(self, a):
-        try:
-            return namespace(a).broadcast_to(a, self.shape)
-        except ValueError as e:
-            raise ValueError(f"broadcast_to: cannot broadcast {tuple(a.shape)} to "
-                             f"{self.shape} ({e})") from None
+        check_broadcast_to(tuple(a.shape), self.shape)
+        return namespace(a).broadcast_to(a, self.shape)
 
     def gradient(self, out_grad, node):
         return sum_to_shape(out_grad, node.inputs[0].shape)
@@ -253,6 +276,37 @@ def normalize_index(index, shape: tuple) -> tuple:
     return tuple(out)
 
 
+def write_at(xp, out, index: tuple, value, add: bool = False):
+    """`out[index] = value` (`+=` with `add`), returning `out`: in place where arrays are
+    writeable, else (jax) array-api-extra's `at`, which returns the updated copy."""
+    if is_writeable_array(out):
+        if add:
+            out[index] += value
+        else:
+            out[index] = value
+        return out
+    return at(out, index).add(value, xp=xp) if add else at(out, index).set(value, xp=xp)
+
+
+def forward_steps(index: tuple, shape: tuple) -> tuple[tuple, tuple[int, ...]]:
+    """A normalized index with every negative-step slice made positive, and the axes of the
+    result to flip after indexing with it (torch has no negative steps)."""
+    out, flips, axis = [], [], 0
+    for item, size in zip(index, shape):
+        if isinstance(item, slice):
+            if item.step is not None and item.step < 0:
+                picked = range(*item.indices(size))
+                item = slice(picked[-1], picked[0] + 1, -item.step) if picked else slice(0, 0)
+                flips.append(axis)
+            axis += 1
+        out.append(item)
+    return tuple(out), tuple(flips)
+
+
+def _steps_forward(index: tuple) -> bool:
+    return not any(isinstance(i, slice) and i.step is not None and i.step < 0 for i in index)
+
+
 class GetItem(TensorOp):
     """a[index] for ints and slices."""
 
@@ -260,7 +314,10 @@ class GetItem(TensorOp):
         self.index = index
 
     def compute(self, a):
-        return a[self.index]
+        if _steps_forward(self.index):
+            return a[self.index]
+        index, flips = forward_steps(self.index, tuple(a.shape))
+        return namespace(a).flip(a[index], axis=flips)
 
     def gradient(self, out_grad, node):
         return ScatterItem(self.index, node.inputs[0].shape)(out_grad)
@@ -279,12 +336,15 @@ class ScatterItem(TensorOp):
         self.index = normalize_index(index, self.shape)
 
     def compute(self, a):
-        # item assignment into fresh zeros touches only the written part: on numpy 10x faster
-        # than concatenating zero blocks. Immutable arrays (jax) will need array_api_extra's
-        # at(out, index).set(a), which is not a dependency yet.
-        out = namespace(a).zeros(self.shape, dtype=a.dtype, device=getattr(a, "device", None))
-        out[self.index] = a
-        return out
+        # a write into fresh zeros touches only the written part (on numpy 10x faster than
+        # concatenating zero blocks); an updated copy on immutable arrays (jax)
+        xp = namespace(a)
+        index = self.index
+        if not _steps_forward(index):
+            index, flips = forward_steps(index, self.shape)
+            a = xp.flip(a, axis=flips)
+        out = xp.zeros(self.shape, dtype=a.dtype, device=getattr(a, "device", None))
+        return write_at(xp, out, index, a)
 
     def gradient(self, out_grad, node):
         return GetItem(self.index)(out_grad)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..backends import namespace
+from .movement import write_at
 
 
 def window_slices(ndim: int, axes: tuple[int, int], kernel: tuple[int, int], stride: int,
@@ -31,8 +32,8 @@ def add_windows(taps: Any, shape: tuple, axes: tuple[int, int], kernel: tuple[in
                 stride: int) -> Any:
     """Zeros of `shape` with each tap-major window `taps[t]` added where it was gathered.
 
-    Slice assignment: numpy, cupy and array-api-strict allow it (immutable arrays, jax, will
-    need a device kernel). Disjoint windows (stride >= kernel) are written, not added.
+    Slice assignment (`write_at`): in place where arrays are writeable, an updated copy on
+    jax. Disjoint windows (stride >= kernel) are written, not added.
     """
     xp = namespace(taps)
     out = xp.zeros(shape, dtype=taps.dtype, device=taps.device)
@@ -40,7 +41,7 @@ def add_windows(taps: Any, shape: tuple, axes: tuple[int, int], kernel: tuple[in
     disjoint = stride >= kernel[0] and stride >= kernel[1]
     for t, index in enumerate(window_slices(len(shape), axes, kernel, stride, out_hw)):
         if disjoint:
-            out[index] = taps[t, ...]
+            out = write_at(xp, out, index, taps[t, ...])
         else:
-            out[index] += taps[t, ...]
+            out = write_at(xp, out, index, taps[t, ...], add=True)
     return out

@@ -35,7 +35,9 @@ class Adam(Optimizer):
 
     def _update(self, param: Any, grad: Any, state: dict) -> tuple[Any, dict]:
         b1, b2, wd = self.beta1, self.beta2, self.weight_decay
-        # the in-place operators below only touch arrays made here: fewer big temporaries
+        # the in-place operators below only touch arrays made here: fewer big temporaries on
+        # mutable arrays; on immutable ones (jax) Python falls back to `a = a + b`, which is
+        # why every result is rebound, never assumed changed in place (test_optim checks both)
         if wd == 0:
             g = grad
         else:

@@ -1,0 +1,183 @@
+"""The jax device: JAX arrays (CPU, GPU or TPU) through `jax.numpy`, an array-API namespace.
+
+jax is imported when the device is first asked about, never before, and with numpy's global
+random state saved and restored around that import (importing jax draws from it), so seeding
+before or after the first jax use gives the same numbers.
+
+64-bit types follow jax's own setting, which needle never changes: with `jax_enable_x64` on
+(`JAX_ENABLE_X64=1`, or `jax.config.update("jax_enable_x64", True)` before the device's first
+use) float64 works as on every device. With it off (jax's default) the device holds at most
+32-bit types, as `jnp.asarray` makes them: 64-bit data becomes 32-bit, and asking for dtype
+float64 (or int64, ...) raises a TypeError that says how to enable x64.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+import numpy as np
+
+from .device import Device
+
+INSTALL_HINT = "install JAX with `pip install needle[jax]`"
+X64_HINT = ("set JAX_ENABLE_X64=1 or call jax.config.update('jax_enable_x64', True) before "
+            "the jax device's first use")
+# each 64-bit dtype and the 32-bit one jax uses instead while x64 is off
+NARROWER = {"float64": "float32", "int64": "int32", "uint64": "uint32",
+            "complex128": "complex64"}
+
+
+def import_jax() -> types.ModuleType:
+    """`import jax`, leaving numpy's global random state as it was (the import draws from it)."""
+    jax = sys.modules.get("jax")
+    if jax is not None:
+        return jax
+    state = np.random.get_state()
+    try:
+        import jax
+    finally:
+        np.random.set_state(state)
+    return jax
+
+
+def x64_enabled() -> bool:
+    """jax's `jax_enable_x64` setting (the caller has imported jax)."""
+    return bool(import_jax().config.jax_enable_x64)
+
+
+def normalize(device: str | None) -> str | None:
+    """None (jax's default device), or "platform:N" from "cpu", "gpu", "tpu" or "gpu:1"."""
+    if device is None:
+        return None
+    platform, _, index = str(device).strip().lower().partition(":")
+    if platform in ("cpu", "gpu", "cuda", "tpu") and (index == "" or index.isdigit()):
+        return f"{'gpu' if platform == 'cuda' else platform}:{int(index or 0)}"
+    raise ValueError(f"jax device {device!r}: expected None, 'cpu', 'gpu' or 'tpu' (with an "
+                     "optional ':N')")
+
+
+class JaxDevice(Device):
+    """Immutable jax.Arrays on one jax device (jax's default one when `index` is None)."""
+
+    kind = "jax"
+
+    def __init__(self, index: str | None = None):
+        super().__init__(normalize(index))
+        self._reason: str | None = None
+        self._jax: Any = None
+        self.x64 = True  # read from jax's config when the device loads
+
+    def __repr__(self) -> str:
+        return "jax()" if self.index is None else f"jax({self.index!r})"
+
+    __str__ = __repr__
+
+    def unavailable_reason(self) -> str:
+        """Why this jax device cannot be used here, or an empty string when it can."""
+        if self._reason is None:
+            self._reason = _probe(self.index)
+        return self._reason
+
+    def enabled(self) -> bool:
+        """True when jax imports and has the requested device; never raises."""
+        return self.unavailable_reason() == ""
+
+    def _load(self) -> tuple[Any, Any]:
+        jax = self._jax = import_jax()
+        self.x64 = x64_enabled()
+        return jax_namespace(self.x64), _find(jax, self.index)
+
+    def _build_dtype_table(self) -> None:
+        # jax's dtypes are numpy's: use np.dtype objects, which compare equal to names
+        for name in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                     "uint64", "float16", "float32", "float64", "complex64", "complex128"):
+            if self.x64 or name not in NARROWER:
+                native = np.dtype(name)
+                self._dtypes[(str, name)] = self._dtypes[(type(native), native)] = native
+
+    def dtype(self, spec: Any) -> Any:
+        """The dtype for `spec`; TypeError with the way out for 64-bit types while x64 is off."""
+        try:
+            return super().dtype(spec)
+        except TypeError:
+            name = str(getattr(spec, "name", spec))
+            if not self.x64 and name in NARROWER:
+                raise TypeError(f"dtype {name} on {self}: jax's 64-bit types are off; "
+                                f"{X64_HINT}, or use {NARROWER[name]}") from None
+            raise
+
+    # ----- fast kernels ----------------------------------------------------------------
+    def index_add(self, indices: Any, values: Any, n: int) -> Any:
+        """jax's scatter-add, `zeros.at[indices].add(values)`."""
+        out = self._xp.zeros((n,) + tuple(values.shape[1:]), dtype=values.dtype,
+                             device=self._native)
+        return out.at[indices].add(values)
+
+    # ----- conversion ------------------------------------------------------------------
+    def owns(self, array: Any) -> bool:
+        """jax.Arrays on this jax device live here."""
+        if not type(array).__module__.startswith(("jax", "jaxlib")):
+            return False
+        self._require()
+        return isinstance(array, self._jax.Array) and array.devices() == {self._native}
+
+    def adopt_numpy(self, array: np.ndarray) -> Any:
+        """A fresh host array on this device (32-bit while x64 is off)."""
+        self._require()
+        narrower = None if self.x64 else NARROWER.get(array.dtype.name)
+        if narrower is not None:
+            array = array.astype(narrower)
+        return self._jax.device_put(array, self._native)
+
+    def from_numpy(self, array: np.ndarray) -> Any:
+        """A copy of the host data (jax may share a numpy buffer on the cpu: copy it first)."""
+        return self.adopt_numpy(np.array(array, copy=True, order="C"))
+
+    def to_numpy(self, array: Any) -> np.ndarray:
+        """A host copy."""
+        return np.array(array, copy=True)
+
+
+_NAMESPACES: dict[bool, Any] = {}
+
+
+def jax_namespace(x64: bool) -> Any:
+    """jax.numpy; with x64 off, a copy whose 64-bit dtypes are the 32-bit ones jax uses then,
+    so needle's own int64 index arrays stay silent instead of warning on every truncation."""
+    ns = _NAMESPACES.get(x64)
+    if ns is None:
+        import jax.numpy as jnp
+
+        if x64:
+            ns = jnp
+        else:
+            ns = types.ModuleType("needle.backends.jax_device.xp", jnp.__doc__)
+            ns.__dict__.update({k: v for k, v in vars(jnp).items() if not k.startswith("__")})
+            for wide, narrow in NARROWER.items():
+                setattr(ns, wide, getattr(jnp, narrow))
+        _NAMESPACES[x64] = ns
+    return ns
+
+
+def _find(jax: Any, index: str | None) -> Any:
+    """The jax Device object for a normalized index."""
+    if index is None:
+        return jax.devices()[0]
+    platform, number = index.split(":")
+    return jax.devices(platform)[int(number)]
+
+
+def _probe(index: str | None) -> str:
+    """An explanation of what is missing for jax device `index`, or "" when it is usable."""
+    label = "jax()" if index is None else f"jax({index!r})"
+    try:
+        jax = import_jax()
+    except Exception as e:  # ImportError, or a broken install
+        return f"{label} is unavailable: jax cannot be imported ({e}); {INSTALL_HINT}"
+    try:
+        _find(jax, index)
+    except Exception as e:  # RuntimeError (no such platform) or IndexError
+        return f"{label} is unavailable: {type(e).__name__}: {e}"
+    return ""

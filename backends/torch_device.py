@@ -1,0 +1,148 @@
+"""The torch device: PyTorch tensors (CPU, CUDA or Apple MPS) through array-api-compat.
+
+PyTorch only computes here: needle does the differentiation, so every tensor is created with
+`requires_grad=False`. torch is imported when the device is first asked about, never before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .device import Device
+
+INSTALL_HINT = "install PyTorch with `pip install needle[torch]`"
+# 64-bit dtypes and the 32-bit ones data of them becomes where a device has no 64-bit floats
+NARROWER = {"float64": "float32", "complex128": "complex64"}
+
+
+def normalize(device: str | None) -> str:
+    """"cpu", "cuda" (= "cuda:0"), "cuda:N" or "mps", as the key of the cached device."""
+    name = "cpu" if device is None else str(device).strip().lower()
+    if name == "cuda":
+        return "cuda:0"
+    kind, _, index = name.partition(":")
+    if kind in ("cpu", "mps") and index in ("", "0"):
+        return kind
+    if kind == "cuda" and index.isdigit():
+        return f"cuda:{int(index)}"
+    raise ValueError(f"torch device {device!r}: expected 'cpu', 'cuda', 'cuda:N' or 'mps'")
+
+
+class TorchDevice(Device):
+    """Arrays that are torch.Tensors on one torch device ("cpu", "cuda:N" or "mps").
+
+    `index` is the torch device's name. MPS has no float64: there float64 data becomes
+    float32 (as PyTorch's `.to("mps")` demands) and asking for dtype float64 raises TypeError.
+    """
+
+    kind = "torch"
+
+    def __init__(self, index: str = "cpu"):
+        super().__init__(normalize(index))
+        self._reason: str | None = None
+        self._torch: Any = None
+
+    def __repr__(self) -> str:
+        return "torch()" if self.index == "cpu" else f"torch({self.index!r})"
+
+    __str__ = __repr__
+
+    def unavailable_reason(self) -> str:
+        """Why this torch device cannot be used here, or an empty string when it can."""
+        if self._reason is None:
+            self._reason = _probe(self.index)
+        return self._reason
+
+    def enabled(self) -> bool:
+        """True when torch imports and has the requested accelerator; never raises."""
+        return self.unavailable_reason() == ""
+
+    def _load(self) -> tuple[Any, Any]:
+        import array_api_compat.torch as xp
+        import torch
+
+        self._torch = torch
+        return xp, torch.device(self.index)
+
+    @property
+    def has_float64(self) -> bool:
+        """False on MPS, which has no 64-bit floats."""
+        return self.index != "mps"
+
+    def _build_dtype_table(self) -> None:
+        super()._build_dtype_table()
+        if not self.has_float64:
+            for name in NARROWER:
+                native = self._dtypes.pop((str, name), None)
+                self._dtypes.pop((type(native), native), None)
+        self._public = {native: np.dtype(key[1]) for key, native in self._dtypes.items()
+                        if key[0] is str}
+
+    def dtype(self, spec: Any) -> Any:
+        """The torch dtype for `spec`; TypeError naming the device where it has none."""
+        try:
+            return super().dtype(spec)
+        except TypeError:
+            if not self.has_float64 and str(getattr(spec, "name", spec)) in NARROWER:
+                raise TypeError(f"dtype {spec!r}: {self} has no 64-bit floats; use "
+                                "float32") from None
+            raise
+
+    def public_dtype(self, native: Any) -> np.dtype:
+        """torch dtypes do not compare equal to strings: report the numpy dtype of that name."""
+        return self._public[native]
+
+    # ----- fast kernels ----------------------------------------------------------------
+    def index_add(self, indices: Any, values: Any, n: int) -> Any:
+        """torch's index_add_ (a scatter-add kernel) into zeros (n, ...)."""
+        out = self._torch.zeros((n,) + tuple(values.shape[1:]), dtype=values.dtype,
+                                device=values.device)
+        return out.index_add_(0, indices, values)
+
+    # ----- conversion ------------------------------------------------------------------
+    def owns(self, array: Any) -> bool:
+        """torch.Tensors on this torch device live here."""
+        if not type(array).__module__.startswith("torch"):
+            return False
+        self._require()
+        return isinstance(array, self._torch.Tensor) and array.device == self._native
+
+    def from_numpy(self, array: np.ndarray) -> Any:
+        """A tensor holding a copy of the host data (float64 as float32 on MPS)."""
+        self._require()
+        narrower = None if self.has_float64 else NARROWER.get(array.dtype.name)
+        host = np.array(array, dtype=narrower, copy=True, order="C")
+        return self._torch.from_numpy(host).to(self._native)
+
+    def adopt_numpy(self, array: np.ndarray) -> Any:
+        """A fresh host array: shared with torch without a copy on the cpu."""
+        if self.index == "cpu" and array.flags.c_contiguous and array.flags.writeable:
+            self._require()
+            return self._torch.from_numpy(array)
+        return self.from_numpy(array)
+
+    def to_numpy(self, array: Any) -> np.ndarray:
+        """A host copy."""
+        return np.array(array.detach().cpu().numpy(), copy=True)
+
+
+def _probe(name: str) -> str:
+    """An explanation of what is missing for torch device `name`, or "" when it is usable."""
+    label = "torch()" if name == "cpu" else f"torch({name!r})"
+    try:
+        import torch
+    except Exception as e:  # ImportError, or a broken install
+        return f"{label} is unavailable: torch cannot be imported ({e}); {INSTALL_HINT}"
+    try:
+        if name.startswith("cuda"):
+            count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            if int(name.split(":")[1]) >= count:
+                return (f"{label} is unavailable: this PyTorch sees {count} CUDA GPU(s) "
+                        f"(torch {torch.__version__})")
+        elif name == "mps" and not torch.backends.mps.is_available():
+            return f"{label} is unavailable: this PyTorch has no Apple MPS device"
+    except Exception as e:
+        return f"{label} is unavailable: {e}"
+    return ""

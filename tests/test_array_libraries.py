@@ -1,0 +1,153 @@
+"""The torch and jax devices: names, lazy imports, numpy's random state, 64-bit policy.
+
+Everything else about them is the whole suite run on them (the `device` fixture's "torch" and
+"jax"); these are the parts only these two devices have.
+"""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import needle as ndl
+from needle import backends
+from needle.backends.jax_device import JaxDevice
+from needle.backends.torch_device import TorchDevice
+
+
+def test_names_identity_and_pickling():
+    assert repr(ndl.torch()) == "torch()" and ndl.torch() is ndl.torch("cpu")
+    assert ndl.torch("cuda") is ndl.torch("cuda:0") and repr(ndl.torch("cuda")) == "torch('cuda:0')"
+    assert ndl.torch("mps") is ndl.torch("MPS") and ndl.torch("cuda:1") != ndl.torch("cuda")
+    assert repr(ndl.jax()) == "jax()" and ndl.jax("gpu") is ndl.jax("gpu:0")
+    assert ndl.jax("cuda:1") is ndl.jax("gpu:1") and ndl.jax() != ndl.jax("cpu")
+    for dev in (ndl.torch(), ndl.torch("cuda:1"), ndl.torch("mps"), ndl.jax(), ndl.jax("tpu")):
+        assert pickle.loads(pickle.dumps(dev)) is dev
+        assert backends.get_device(dev.kind, dev.index) is dev
+    for bad in ("gpu", "cuda:x", "mps:1", "xla"):
+        with pytest.raises(ValueError, match="torch device"):
+            ndl.torch(bad)
+    with pytest.raises(ValueError, match="jax device"):
+        ndl.jax("mps")
+    assert ndl.all_devices() == [ndl.cpu(), ndl.cuda(), ndl.strict()]  # unchanged
+
+
+def run_python(code: str) -> str:
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_constructing_imports_neither_library():
+    run_python("""
+        import sys, needle as ndl
+        ndl.torch("cuda"), ndl.torch("mps"), ndl.jax(), ndl.jax("gpu")
+        assert "torch" not in sys.modules and "jax" not in sys.modules
+        """)
+
+
+def test_missing_library_is_a_reason_not_an_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
+    monkeypatch.setitem(sys.modules, "jax", None)
+    for dev, hint in ((TorchDevice("cpu"), "needle[torch]"), (TorchDevice("cuda"), "needle[torch]"),
+                      (JaxDevice(), "needle[jax]")):
+        assert not dev.enabled() and hint in dev.unavailable_reason()
+        with pytest.raises(RuntimeError, match=hint.replace("[", r"\[").replace("]", r"\]")):
+            dev.zeros(2)
+
+
+def test_accelerators_that_are_absent_say_so():
+    pytest.importorskip("torch")
+    import torch
+
+    if not torch.cuda.is_available():
+        assert "CUDA GPU" in ndl.torch("cuda").unavailable_reason()
+    if not torch.backends.mps.is_available():
+        assert "MPS" in ndl.torch("mps").unavailable_reason()
+    assert "torch('cuda:99')" in ndl.torch("cuda:99").unavailable_reason()
+
+
+def test_torch_tensors_never_require_grad():
+    pytest.importorskip("torch")
+    dev = ndl.torch()
+    x = ndl.Tensor(np.ones((2, 3)), device=dev, dtype="float32")
+    w = ndl.init.randn(3, 2, device=dev, requires_grad=True)
+    (x @ w).relu().sum().backward()
+    for array in (x.cached_data, w.cached_data, w.grad.cached_data, dev.rand(2)):
+        assert array.requires_grad is False
+
+
+def test_mps_has_no_float64():
+    """The MPS rules, run on the cpu: float64 data becomes float32, dtype float64 is refused."""
+    torch = pytest.importorskip("torch")
+    import array_api_compat.torch as xp
+
+    dev = TorchDevice("mps")
+    dev._reason = ""  # pretend the accelerator is there, computing on the cpu
+    dev._load = lambda: (setattr(dev, "_torch", torch), (xp, torch.device("cpu")))[1]
+    assert dev.from_numpy(np.ones(2)).dtype == torch.float32
+    assert dev.rand(2).dtype == torch.float32
+    with pytest.raises(TypeError, match="no 64-bit floats"):
+        ndl.Tensor([1.0], device=dev, dtype="float64")
+    assert dev.dtype("float32") == torch.float32
+
+
+def test_importing_jax_keeps_numpys_random_state():
+    pytest.importorskip("jax")
+    out = run_python("""
+        import numpy as np, needle as ndl
+        np.random.seed(4)
+        dev = ndl.jax()
+        assert dev.enabled()  # imports jax
+        print(repr(float(np.random.rand())), repr(float(ndl.init.rand(1, device=dev).numpy()[0])))
+        """)
+    np.random.seed(4)
+    first, second = np.random.rand(), np.float32(np.random.rand())
+    assert [float(v) for v in out.split()] == [first, second]
+
+
+def test_jax_without_x64_holds_32_bit_types_and_leaves_jax_alone():
+    pytest.importorskip("jax")
+    run_python("""
+        import warnings
+        warnings.simplefilter("error")  # no truncation warnings from needle's own calls
+        import numpy as np, needle as ndl
+        dev = ndl.jax()
+        t = ndl.Tensor(np.arange(6.0).reshape(2, 3), device=dev)  # float64 data
+        assert t.dtype == "float32", t.dtype
+        assert ndl.Tensor([1, 2], device=dev).dtype == "int32"
+        for name in ("float64", "int64"):
+            try:
+                ndl.Tensor([1.0], device=dev, dtype=name)
+            except TypeError as e:
+                assert "jax_enable_x64" in str(e) and name in str(e), e
+            else:
+                raise AssertionError(f"dtype {name} was accepted")
+        model = ndl.nn.Sequential(ndl.nn.Embedding(5, 4, device=dev),
+                                  ndl.nn.Linear(4, 3, device=dev))
+        opt = ndl.optim.Adam(model.parameters(), lr=0.1)
+        loss = ndl.nn.SoftmaxLoss()(model(ndl.Tensor([[1, 4]], device=dev)).reshape((2, 3)),
+                                    ndl.Tensor([0, 2], device=dev))
+        loss.backward()
+        opt.step()
+        ndl.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        import jax, jax.numpy as jnp
+        assert not jax.config.jax_enable_x64 and jnp.ones(2).dtype == jnp.float32
+        """)
+
+
+def test_jax_with_x64_holds_float64():
+    pytest.importorskip("jax")
+    run_python("""
+        import jax
+        jax.config.update("jax_enable_x64", True)
+        import numpy as np, needle as ndl
+        t = ndl.Tensor(np.arange(3.0), device=ndl.jax())
+        assert t.dtype == "float64" and (t * t).sum().numpy() == 5.0
+        """)
