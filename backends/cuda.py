@@ -19,19 +19,12 @@ class CUDADevice(Device):
 
     def __init__(self, index: int = 0):
         super().__init__(index)
-        self._reason: str | None = None
         self._cupy: Any = None  # the cupy and cupyx modules, set by _load
         self._cupyx: Any = None
 
-    def unavailable_reason(self) -> str:
-        """Why cuda cannot be used here, or an empty string when it can."""
-        if self._reason is None:
-            self._reason = _probe(self.index)
-        return self._reason
-
-    def enabled(self) -> bool:
-        """True when cupy imports and GPU `index` exists; never raises."""
-        return self.unavailable_reason() == ""
+    def _probe(self) -> str:
+        """Why cupy or GPU `index` is missing, or "" when both are there."""
+        return _probe(self.index)
 
     def _load(self) -> tuple[Any, Any]:
         import array_api_compat.cupy as xp  # only after _probe found cupy and the GPU

@@ -32,6 +32,7 @@ class Device:
         self._xp = None
         self._native = None
         self._dtypes: dict[Any, Any] = {}
+        self._reason: str | None = None  # unavailable_reason(), once probed
 
     # ----- identity -------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -57,7 +58,7 @@ class Device:
     # ----- namespace ------------------------------------------------------------------
     def enabled(self) -> bool:
         """True when this device can hold arrays on this machine (never raises)."""
-        return True
+        return self.unavailable_reason() == ""
 
     def _load(self) -> tuple[Any, Any]:
         raise NotImplementedError
@@ -70,7 +71,14 @@ class Device:
             self._build_dtype_table()
 
     def unavailable_reason(self) -> str:
-        """Why this device cannot be used here (empty when it can)."""
+        """Why this device cannot be used here (empty when it can): `_probe`, run once."""
+        if self._reason is None:
+            self._reason = self._probe()
+        return self._reason
+
+    def _probe(self) -> str:
+        """Import the device's library and find its accelerator, without raising: why the
+        device cannot be used, or "" (cpu: always usable)."""
         return ""
 
     @property

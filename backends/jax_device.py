@@ -65,7 +65,6 @@ class JaxDevice(Device):
 
     def __init__(self, index: str | None = None):
         super().__init__(normalize(index))
-        self._reason: str | None = None
         self._jax: Any = None
         self.x64 = True  # read from jax's config when the device loads
 
@@ -74,15 +73,9 @@ class JaxDevice(Device):
 
     __str__ = __repr__
 
-    def unavailable_reason(self) -> str:
-        """Why this jax device cannot be used here, or an empty string when it can."""
-        if self._reason is None:
-            self._reason = _probe(self.index)
-        return self._reason
-
-    def enabled(self) -> bool:
-        """True when jax imports and has the requested device; never raises."""
-        return self.unavailable_reason() == ""
+    def _probe(self) -> str:
+        """Why jax or the requested device is missing, or "" when both are there."""
+        return _probe(self.index)
 
     def _load(self) -> tuple[Any, Any]:
         jax = self._jax = import_jax()

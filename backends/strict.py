@@ -17,7 +17,7 @@ class StrictDevice(Device):
 
     kind = "strict"
 
-    def unavailable_reason(self) -> str:
+    def _probe(self) -> str:
         """Why strict cannot be used here, or an empty string when it can."""
         try:
             import array_api_strict  # noqa: F401
@@ -26,10 +26,6 @@ class StrictDevice(Device):
         if self.index >= len(STRICT_DEVICES):
             return f"strict({self.index}) does not exist: array-api-strict has {STRICT_DEVICES}"
         return ""
-
-    def enabled(self) -> bool:
-        """True when array-api-strict is installed."""
-        return self.unavailable_reason() == ""
 
     def _load(self) -> tuple[Any, Any]:
         import array_api_strict as xp

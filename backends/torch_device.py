@@ -41,7 +41,6 @@ class TorchDevice(Device):
 
     def __init__(self, index: str = "cpu"):
         super().__init__(normalize(index))
-        self._reason: str | None = None
         self._torch: Any = None
 
     def __repr__(self) -> str:
@@ -49,15 +48,9 @@ class TorchDevice(Device):
 
     __str__ = __repr__
 
-    def unavailable_reason(self) -> str:
-        """Why this torch device cannot be used here, or an empty string when it can."""
-        if self._reason is None:
-            self._reason = _probe(self.index)
-        return self._reason
-
-    def enabled(self) -> bool:
-        """True when torch imports and has the requested accelerator; never raises."""
-        return self.unavailable_reason() == ""
+    def _probe(self) -> str:
+        """Why torch or the requested accelerator is missing, or "" when both are there."""
+        return _probe(self.index)
 
     def _load(self) -> tuple[Any, Any]:
         import array_api_compat.torch as xp
