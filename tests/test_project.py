@@ -53,7 +53,7 @@ def test_backends_install_as_needle_backends(tmp_path):
 
 def test_framework_proper_imports_no_numpy_or_cupy():
     pattern = re.compile(r"^\s*(import|from)\s+(numpy|cupy)\b", re.M)
-    proper = ["autograd.py", "ops", "nn", "init", "optim", "viz.py"]
+    proper = ["autograd.py", "ops", "nn", "init", "optim", "viz.py", "distributed"]
     offenders = []
     for name in proper:
         path = ROOT / "needle" / name
@@ -65,6 +65,7 @@ def test_framework_proper_imports_no_numpy_or_cupy():
 
 @pytest.mark.parametrize("path, banned", [("needle/ops/probe.py", True),
                                           ("needle/nn/probe.py", True),
+                                          ("needle/distributed/probe.py", True),
                                           ("backends/probe.py", False),
                                           ("needle/data/probe.py", False)])
 def test_ruff_bans_numpy_in_the_framework_proper(path, banned):

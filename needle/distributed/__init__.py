@@ -29,7 +29,7 @@ from .parallel import (
     broadcast_module,
     distributed_optimizer,
 )
-from .sampler import DistributedSampler
+from ..data.sampler import DistributedSampler  # host-side, beside DataLoader
 
 __all__ = [
     "INSTALL_HINT", "init", "is_initialized", "rank", "world_size", "barrier", "finalize",

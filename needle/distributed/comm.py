@@ -2,8 +2,9 @@
 
 mpi4py is imported by `init()` only, never at `import needle` time. Arrays travel through
 mpi4py's buffer interface (no pickling): cpu arrays go straight to MPI; cuda arrays go straight
-to a CUDA-aware MPI, else through one pinned host buffer (see `staging.py`); arrays of other
-devices (array-api-strict) through a host copy.
+to a CUDA-aware MPI, else through one pinned host buffer; arrays of other
+devices (array-api-strict) through a host copy. What that takes of the arrays (buffers,
+dtypes, the staging) lives in backends/mpi_buffers.py: only backends/ knows numpy and cupy.
 """
 
 from __future__ import annotations
@@ -13,11 +14,8 @@ import os
 import sys
 from typing import Any
 
-import numpy as np
-
 from ..autograd import Tensor
-from ..backends import device_of
-from .staging import HostStaging
+from ..backends.mpi_buffers import HostStaging, dtype_of, int64_pair, is_host_buffer, on_buffer
 
 INSTALL_HINT = ("needle.distributed needs mpi4py and an MPI library: pip install -e "
                 "'.[distributed]' (mpi4py and the mpich wheel), then launch with "
@@ -166,7 +164,7 @@ def check_agreement(what: str, signature: tuple) -> None:
         return
     digest = hashlib.blake2b(repr(signature).encode(), digest_size=7).digest()
     h = int.from_bytes(digest, "little")  # < 2**56: -h fits int64 too
-    both = np.array([h, -h], dtype=np.int64)
+    both = int64_pair(h, -h)
     comm.Allreduce(_World.MPI.IN_PLACE, both, op=_World.MPI.MAX)
     if both[0] != h or both[1] != -h:
         table = "; ".join(f"rank {r}: {s}" for r, s in enumerate(comm.allgather(signature)))
@@ -206,14 +204,6 @@ def broadcast(x: Any, root: int = 0) -> Any:
     return _result(x, out)
 
 
-def dtype_of(arr: Any) -> np.dtype:
-    """The numpy dtype of any device's array (array-api-strict's print as 'module.name')."""
-    try:
-        return np.dtype(arr.dtype)
-    except TypeError:
-        return np.dtype(str(arr.dtype).rsplit(".", 1)[-1])
-
-
 def _result(x: Any, out: Any) -> Any:
     """`x` after a collective whose result is the array `out`."""
     if isinstance(x, Tensor):
@@ -233,29 +223,9 @@ def _scale(arr: Any, factor: float) -> Any:
 
 
 def _collective(arr: Any, call) -> Any:
-    """Run `call(buffer)` on a contiguous host or CUDA buffer holding `arr`; the result array.
-
-    cpu: `arr` itself when C-contiguous and writeable, else a contiguous copy (written back
-    into `arr` when writeable). cuda: `arr` itself with a CUDA-aware MPI, else staged through
-    the pinned host buffer and copied back. Other devices: a host copy, returned as a new
-    array of the same device.
-    """
-    if isinstance(arr, np.ndarray):
-        if arr.flags.c_contiguous and arr.flags.writeable:
-            call(arr)
-            return arr
-        buf = np.ascontiguousarray(arr).copy()
-        call(buf)
-        if arr.flags.writeable:
-            arr[...] = buf
-            return arr
-        return buf
-    if hasattr(arr, "__cuda_array_interface__"):
-        return _cuda_collective(arr, call)
-    device = device_of(arr)
-    buf = np.ascontiguousarray(device.to_numpy(arr))
-    call(buf)
-    return device.from_numpy(buf)
+    """Run `call(buffer)` on a contiguous host or CUDA buffer holding `arr`; the result array
+    (backends.mpi_buffers.on_buffer, with this world's route for cuda arrays)."""
+    return on_buffer(arr, call, _cuda_collective)
 
 
 def _cuda_collective(arr: Any, call) -> Any:
@@ -289,7 +259,7 @@ def start_allreduce(buf: Any) -> tuple[Any, Any]:
     memory pass less). Otherwise (cuda, strict) the blocking path of allreduce(), which may
     return a new array, and an already finished request.
     """
-    if isinstance(buf, np.ndarray) and buf.flags.c_contiguous and buf.flags.writeable:
+    if is_host_buffer(buf):
         return _comm().Iallreduce(_World.MPI.IN_PLACE, buf), buf
     out = _collective(buf, lambda b: _comm().Allreduce(_World.MPI.IN_PLACE, b))
     return _Done(), out

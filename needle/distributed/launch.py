@@ -10,8 +10,8 @@ import time
 from typing import Callable
 
 from ..data import DataLoader
+from ..data.sampler import DistributedSampler
 from . import comm
-from .sampler import DistributedSampler
 
 ABORT_DELAY = 1.0  # seconds a failing rank but 0 waits before ending the job
 

@@ -13,9 +13,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
-
 from ..autograd import Tensor
+from ..backends.mpi_buffers import dtype_of, may_overlap
 from ..nn import Module
 from ..optim import Optimizer
 from . import comm
@@ -33,7 +32,7 @@ def average_buffers(module: Module) -> None:
     if comm.world_size() == 1:
         return
     for tensor in module.buffers():
-        if comm.dtype_of(tensor.realize_cached_data()).kind in "fc":
+        if dtype_of(tensor.realize_cached_data()).kind in "fc":
             comm.allreduce(tensor, op="mean")
         else:
             comm.broadcast(tensor, root=0)
@@ -134,13 +133,13 @@ class DistributedOptimizer:
             g = p.grad.realize_cached_data()
             if g.dtype != data.dtype:  # e.g. a float64 gradient of a float32 parameter
                 g = p.device.xp.astype(g, data.dtype)
-            signature.append((i, tuple(g.shape), comm.dtype_of(g).name))
+            signature.append((i, tuple(g.shape), dtype_of(g).name))
             if math.prod(g.shape) <= limit:
                 small.setdefault((p.device, data.dtype), []).append((i, g))
             elif id(g) in big:
                 big[id(g)][0].append(i)
             else:
-                if any(_may_overlap(g, other) for _, other in big.values()):
+                if any(may_overlap(g, other) for _, other in big.values()):
                     g = p.device.xp.asarray(g, copy=True)
                 big[id(g)] = ([i], g)
         return list(big.values()), small, tuple(signature)
@@ -155,14 +154,6 @@ class DistributedOptimizer:
 
     def __repr__(self) -> str:
         return f"distributed_optimizer({self.optimizer!r})"
-
-
-def _may_overlap(a: Any, b: Any) -> bool:
-    """False where `a` and `b` surely use separate memory (numpy's bounds check); True for
-    other arrays, which are then reduced from a copy (cheap on a GPU, made anyway on strict)."""
-    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
-        return bool(np.may_share_memory(a, b))
-    return True
 
 
 def _views(layout: tuple, flat: Any, xp: Any) -> list[tuple[int, Any]]:
