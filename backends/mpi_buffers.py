@@ -25,11 +25,6 @@ def int64_pair(a: int, b: int) -> np.ndarray:
     return np.array([a, b], dtype=np.int64)
 
 
-def is_host_buffer(arr: Any) -> bool:
-    """True for a C-contiguous writeable numpy array: MPI can work on it in place."""
-    return isinstance(arr, np.ndarray) and arr.flags.c_contiguous and arr.flags.writeable
-
-
 def may_overlap(a: Any, b: Any) -> bool:
     """False where `a` and `b` surely use separate memory (numpy's bounds check); True for
     other arrays, which are then reduced from a copy (cheap on a GPU, made anyway on strict)."""

@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from ..autograd import Tensor
-from ..backends.mpi_buffers import HostStaging, dtype_of, int64_pair, is_host_buffer, on_buffer
+from ..backends.mpi_buffers import HostStaging, dtype_of, int64_pair, on_buffer
 
 INSTALL_HINT = ("needle.distributed needs mpi4py and an MPI library: pip install -e "
                 "'.[distributed]' (mpi4py and the mpich wheel), then launch with "
@@ -244,28 +244,14 @@ def _synchronize(arr: Any) -> None:
     arr.device.synchronize()
 
 
-class _Done:
-    """A finished request (the blocking fallback of start_allreduce)."""
+def mean_in_place(buf: Any) -> Any:
+    """Average `buf` over the ranks, in place where the array allows, without the agreement
+    check (the caller has checked every array at once); the array with the result. The
+    1/N scale follows the sum at once, while the array is still in cache.
 
-    def Wait(self) -> None:  # noqa: N802 - mpi4py's name
-        pass
-
-
-def start_allreduce(buf: Any) -> tuple[Any, Any]:
-    """Begin summing `buf` over the ranks in place: (request, the array with the result).
-
-    A C-contiguous writeable numpy array: a non-blocking in-place Iallreduce (the caller may
-    pack the next bucket meanwhile; in place it is also faster than into a second array, one
-    memory pass less). Otherwise (cuda, strict) the blocking path of allreduce(), which may
-    return a new array, and an already finished request.
+    Blocking on purpose: mpich makes no progress on a non-blocking Iallreduce between MPI
+    calls, and measured on 2 ranks its in-place Iallreduce took 4.9 ms where Allreduce took
+    4.2 ms for the same 2.9 M float32 values, so overlapping it with packing gained nothing.
     """
-    if is_host_buffer(buf):
-        return _comm().Iallreduce(_World.MPI.IN_PLACE, buf), buf
     out = _collective(buf, lambda b: _comm().Allreduce(_World.MPI.IN_PLACE, b))
-    return _Done(), out
-
-
-def wait_all(requests: list[Any]) -> None:
-    """Wait for every request of start_allreduce."""
-    for request in requests:
-        request.Wait()
+    return _scale(out, 1.0 / world_size())

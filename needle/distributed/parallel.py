@@ -84,21 +84,19 @@ class DistributedOptimizer:
         Gradients above the optimizer's `flat_max_size` are reduced in place in their own
         arrays (no packing copy: they are large messages already; an array two parameters
         share is reduced once, one that overlaps another is copied first); the small ones
-        are packed into one flat bucket per device and dtype while the big ones are already
-        in flight (non-blocking Iallreduce on cpu). The ranks check first, in one small
-        collective, that they hold the same gradients (which parameters, shapes, dtypes):
-        otherwise a ValueError on every rank.
+        are packed into one flat bucket per device and dtype. Each array is summed by a
+        blocking in-place Allreduce and scaled by 1/N at once, while it is still in cache. The
+        ranks check first, in one small collective, that they hold the same gradients (which
+        parameters, shapes, dtypes): otherwise a ValueError on every rank.
         """
         size = comm.world_size()
         if size == 1:
             return
         big, small, signature = self._plan()
         comm.check_agreement("distributed_optimizer.step", signature)
-        requests, results = [], []
         for indices, grad in big:
-            request, out = comm.start_allreduce(grad)
-            requests.append(request)
-            results.append([(i, out) for i in indices])
+            mean = comm.mean_in_place(grad)  # once, however many parameters share it
+            self._set_grads([(i, mean) for i in indices])
         for (device, dtype), grads in small.items():
             bucket = self._bucket(device, dtype, grads)
             start = 0
@@ -106,19 +104,14 @@ class DistributedOptimizer:
                 end = start + math.prod(shape)
                 bucket.flat[start:end] = device.xp.reshape(g, (-1,))
                 start = end
-            request, out = comm.start_allreduce(bucket.flat)
-            requests.append(request)
-            results.append(_views(bucket.layout, out, device.xp))
-        comm.wait_all(requests)
-        scale, done = 1.0 / size, set()
-        for pairs in results:
-            for i, arr in pairs:
-                if id(arr) not in done:  # a shared array is scaled once
-                    arr *= scale  # in place: the bucket's views see it
-                    done.add(id(arr))
-                p = self.params[i]
-                if p.grad is None or p.grad.cached_data is not arr:
-                    p.grad = Tensor.make_const(arr, device=p.device)
+            self._set_grads(_views(bucket.layout, comm.mean_in_place(bucket.flat), device.xp))
+
+    def _set_grads(self, pairs: list[tuple[int, Any]]) -> None:
+        """Make each (parameter index, array) pair's array that parameter's gradient."""
+        for i, arr in pairs:
+            p = self.params[i]
+            if p.grad is None or p.grad.cached_data is not arr:
+                p.grad = Tensor.make_const(arr, device=p.device)
 
     def _plan(self) -> tuple[list, dict, tuple]:
         """(big ([indices], grad array) pairs, {(device, dtype): small (index, grad) pairs},
