@@ -8,7 +8,13 @@ from typing import Any
 import numpy as np
 
 from .device import NUMERIC_KINDS, Device
-from .kernels import adam_in_place, sgd_in_place, strided_im2col
+from .kernels import (
+    adam_in_place,
+    sgd_in_place,
+    softmax_xent,
+    softmax_xent_grad_in_place,
+    strided_im2col,
+)
 
 _ONES: dict[np.dtype, np.ndarray] = {}  # the longest vector of ones used yet, per dtype
 _GEMV_ROWS = 2048  # below this many summed rows the ufunc is as fast
@@ -102,6 +108,14 @@ class CPUDevice(Device):
     def sgd_step(self, param, grad, u, **hyper) -> bool:
         """In place, in L2-sized chunks (numpy's out=)."""
         return sgd_in_place(np, param, grad, u, **hyper)
+
+    def softmax_xent(self, logits, labels):
+        """One fresh (n, k) array (exp in place over the shifted logits) instead of two."""
+        return softmax_xent(np, logits, labels)
+
+    def softmax_xent_grad(self, e, sums, labels, g):
+        """Written over `e`: no fresh (n, k) arrays."""
+        return softmax_xent_grad_in_place(np, e, sums, labels, g)
 
     def index_add(self, indices: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
         """Sort the indices (stably, so each row keeps its order of addition) and add each

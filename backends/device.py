@@ -173,6 +173,16 @@ class Device:
         portable one-hot matmul)."""
         return None
 
+    def softmax_xent(self, logits: Any, labels: Any) -> tuple[Any, Any, Any] | None:
+        """(mean cross-entropy, exp(logits - row max), row sums) of (n, k) `logits` with
+        fewer fresh arrays than the portable op; None where the device has no kernel."""
+        return None
+
+    def softmax_xent_grad(self, e: Any, sums: Any, labels: Any, g: Any) -> Any:
+        """The cross-entropy adjoint g (softmax - onehot) / n, possibly written over `e`
+        (softmax_xent's, which the caller hands over); None where there is no kernel."""
+        return None
+
     #: whether adam_step and sgd_step update in place (optimizers then own their arrays)
     in_place_updates: bool = False
 

@@ -141,6 +141,15 @@ def np_normalize_grad(x, g, axes, eps):
     return g * inv + d_var * 2 * (x - mu) / n + d_mu / n
 
 
+def np_sig(a):
+    return 1 / (1 + np.exp(-a))
+
+
+def np_lstm_state(z, c=None):
+    i, f, g = np_sig(z[:, :2]), np_sig(z[:, 2:4]), np.tanh(z[:, 4:6])
+    return i * g if c is None else f * c + i * g
+
+
 CASES = [
     # elementwise, with tensors and with scalars
     Case("add", lambda a, b: a + b, np.add, [(3, 4), (3, 4)]),
@@ -305,6 +314,10 @@ CASES = [
          lambda a: np_softmax_last(a / 2.0 - np.triu(np.full((3, 3), np.inf), 1)), [(2, 3, 3)]),
     Case("softmax_grad", lambda y, g: ndl.ops.SoftmaxGrad(2.0)(y, g),
          lambda y, g: y * (g - (g * y).sum(-1, keepdims=True)) / 2.0, [(3, 4), (3, 4)]),
+    Case("lstm_cell_state", ndl.ops.lstm_cell_state, np_lstm_state, [(3, 8), (3, 2)]),
+    Case("lstm_cell_state_zero", ndl.ops.lstm_cell_state, np_lstm_state, [(3, 8)]),
+    Case("lstm_cell_output", ndl.ops.lstm_cell_output,
+         lambda z, c: np_sig(z[:, 6:]) * np.tanh(c), [(3, 8), (3, 2)]),
     Case("make_tuple", lambda a, b: ndl.make_tuple(a, b)[1] - ndl.make_tuple(a, b)[0],
          lambda a, b: b - a, [(3, 4), (3, 4)]),
 ]

@@ -286,3 +286,55 @@ def test_errors_name_the_shapes(device):
                                       tensor(np.zeros((2, 4)), device))
     with pytest.raises(ValueError, match="hidden_size must be >= 1"):
         LSTM(3, 0)
+
+
+def lstm_cell_objective(z, c):
+    """The fused cell ops chained as a step uses them, with output weights to mix both."""
+    c2 = ndl.ops.lstm_cell_state(z, c)
+    h2 = ndl.ops.lstm_cell_output(z, c2)
+    return (h2 * h2).sum() + (c2 * c2 * 0.5).sum()
+
+
+@pytest.mark.parametrize("with_state", [True, False])
+def test_fused_cell_gradients_without_a_graph_equal_the_recorded_ones(with_state, device):
+    # create_graph=False takes the raw-array path of the fused ops' gradients
+    z, c = data(3, 8, seed=1), data(3, 2, seed=2)
+    grads = []
+    for create_graph in (True, False):
+        zt = tensor(z, device, "float64", True)
+        ct = tensor(c, device, "float64", True) if with_state else None
+        out = lstm_cell_objective(zt, ct)
+        out.backward(create_graph=create_graph)
+        grads.append([zt.grad.numpy()] + ([ct.grad.numpy()] if with_state else []))
+        assert (zt.grad.op is not None) == create_graph
+    for recorded, raw in zip(*grads):
+        np.testing.assert_allclose(raw, recorded, rtol=1e-13, atol=1e-15)
+
+
+def test_fused_cell_second_order(device):
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((3, 8)), rng.standard_normal((3, 2))
+
+    def grad_dot(z, c):
+        lstm_cell_objective(z, c).backward()
+        return (z.grad * tensor(a, z.device, "float64")).sum() + (
+            c.grad * tensor(b, z.device, "float64")).sum()
+
+    check_gradients(grad_dot, rng.standard_normal((3, 8)), rng.standard_normal((3, 2)),
+                    device=device)
+
+
+def test_lstm_step_records_two_fused_nodes(device):
+    cell = LSTMCell(3, 2, device=device)
+    h, c = cell(tensor(data(4, 3), device), (tensor(data(4, 2), device),
+                                              tensor(data(4, 2, seed=1), device)))
+    ops = {type(n.op).__name__ for n in ndl.autograd.find_topo_sort([h]) if n.op is not None}
+    assert {"LSTMCellState", "LSTMCellOutput"} <= ops
+    assert not ops & {"Sigmoid", "Tanh", "EWiseMul", "GetItem"}
+
+
+def test_fused_cell_ops_check_shapes(device):
+    with pytest.raises(ValueError, match=r"\(B, 4H\).*\(3, 7\)"):
+        ndl.ops.lstm_cell_state(tensor(data(3, 7), device))
+    with pytest.raises(ValueError, match=r"\(3, 2\).*\(3, 3\)"):
+        ndl.ops.lstm_cell_output(tensor(data(3, 8), device), tensor(data(3, 3), device))

@@ -152,7 +152,7 @@ def run_lm_epoch(data: np.ndarray, model: nn.Module, loss_fn, opt=None, seq_len:
         h = _detach(h)
         if opt is not None:
             opt.reset_grad()
-            loss.backward()
+            loss.backward(create_graph=False)
             if clip:
                 nn.utils.clip_grad_norm_(params, clip)
             opt.step()

@@ -104,14 +104,10 @@ class LSTMCell(_Cell):
 
     def step(self, xw: Tensor, h: Tensor | None, c: Tensor | None) -> tuple[Tensor, Tensor]:
         """(h', c') from the input term `xw` (B, 4H) and the state (None: zeros)."""
-        H = self.hidden_size
         if h is not None:
             xw = xw + h @ self.W_hh
-        s = ops.sigmoid(xw)  # one sigmoid over all 4H; the g block is sliced from xw instead
-        i, f, o = s[:, :H], s[:, H:2 * H], s[:, 3 * H:]
-        ig = i * ops.tanh(xw[:, 2 * H:3 * H])
-        c = ig if c is None else f * c + ig
-        return o * ops.tanh(c), c
+        c = ops.lstm_cell_state(xw, c)  # two fused nodes (needle/ops/lstm.py)
+        return ops.lstm_cell_output(xw, c), c
 
     def forward(self, X: Tensor, h: tuple[Tensor, Tensor] | None = None
                 ) -> tuple[Tensor, Tensor]:

@@ -10,6 +10,7 @@ from .elementwise import (
 from .conv import Col2Im, Conv, Im2Col, Pad, Taps, conv, im2col, pad
 from .embedding import EmbeddingLookup, SegmentSum, embedding
 from .linalg import MatMul, matmul
+from .lstm import LSTMCellOutput, LSTMCellState, lstm_cell_output, lstm_cell_state
 from .movement import (
     BroadcastTo, Dilate, Flip, GetItem, Permute, Reshape, ScatterItem, SumToShape, Transpose,
     UnDilate, broadcast_to, dilate, flip, get_item, permute, reshape, sum_to_shape, transpose,
@@ -46,6 +47,7 @@ __all__ = [
     "max_pool2d", "unfold2d", "EmbeddingLookup", "SegmentSum", "embedding",
     "SoftmaxCrossEntropy", "SoftmaxCrossEntropyGrad", "softmax_cross_entropy",
     "Softmax", "SoftmaxGrad", "softmax",
+    "LSTMCellState", "LSTMCellOutput", "lstm_cell_state", "lstm_cell_output",
 ]
 
 __getattr__ = course_getattr(__name__)  # the course's `array_api` and `NDArray`, lazily

@@ -1,0 +1,122 @@
+"""The LSTM cell's elementwise part as two fused ops, the new cell state and the new output.
+
+Both take the (B, 4H) gate pre-activations z (PyTorch's gate order i, f, g, o), so a step is
+`c' = lstm_cell_state(z, c)` and `h' = lstm_cell_output(z, c')`: two nodes where the
+unfused step records eleven. Their gradients are needle ops while a graph is being recorded
+(backward(create_graph=True), so second order works); with no graph recorded
+(create_graph=False, or under no_grad) each gradient is one pass over raw arrays instead.
+"""
+
+from __future__ import annotations
+
+from ..autograd import Tensor, TensorOp
+from ..backends import namespace
+from ..grad_mode import is_grad_enabled
+from .elementwise import sigmoid, tanh
+from .movement import get_item, reshape
+from .tuple import stack
+
+
+def _hidden(op: str, z, c) -> int:
+    """H from z (B, 4H), checking c (B, H) when given."""
+    shape = tuple(z.shape)
+    if len(shape) != 2 or shape[1] % 4:
+        raise ValueError(f"{op}: expected gate pre-activations of shape (B, 4H), found {shape}")
+    hidden = shape[1] // 4
+    if c is not None and tuple(c.shape) != (shape[0], hidden):
+        raise ValueError(f"{op}: gates of shape {shape} need a state of shape "
+                         f"{(shape[0], hidden)}, found {tuple(c.shape)}")
+    return hidden
+
+
+def _sigmoid(xp, a):
+    """Sigmoid's formula (ops.Sigmoid's, so the fused cell gives the same numbers)."""
+    return (xp.tanh(a * 0.5) + 1) * 0.5
+
+
+def _gate(z, k: int, hidden: int):
+    """Gate block k of (B, 4H) gates (an array or a Tensor)."""
+    index = (slice(None), slice(k * hidden, (k + 1) * hidden))
+    return get_item(z, index) if isinstance(z, Tensor) else z[index]
+
+
+def _join(blocks: list, like: Tensor) -> Tensor:
+    """The (B, 4H) adjoint of the gates from four (B, H) blocks (None: zeros), as needle ops."""
+    some = next(b for b in blocks if b is not None)
+    data = some.realize_cached_data()
+    zero = Tensor.make_const(namespace(data).zeros_like(data), device=some.device)
+    parts = [zero if b is None else b for b in blocks]
+    return reshape(stack(parts, 1), like.shape)
+
+
+def _join_arrays(xp, blocks: list):
+    """The same for raw arrays: one concatenation."""
+    zero = xp.zeros_like(next(b for b in blocks if b is not None))
+    return xp.concat([zero if b is None else b for b in blocks], axis=1)
+
+
+class LSTMCellState(TensorOp):
+    """c' = f * c + i * g from the gates z (B, 4H) and the state c (B, H); c' = i * g
+    without c (a zero state)."""
+
+    def compute(self, z, c=None):
+        xp = namespace(z)
+        hidden = _hidden("lstm_cell_state", z, c)
+        s = _sigmoid(xp, z[:, :2 * hidden])
+        ig = s[:, :hidden] * xp.tanh(z[:, 2 * hidden:3 * hidden])
+        return ig if c is None else s[:, hidden:] * c + ig
+
+    def gradient(self, out_grad, node):
+        z, c = node.inputs[0], (node.inputs[1] if len(node.inputs) > 1 else None)
+        hidden = z.shape[1] // 4
+        if not is_grad_enabled():  # no graph: one pass over the arrays
+            xp = namespace(z.cached_data)
+            za, g = z.cached_data, out_grad.cached_data
+            i, f = _sigmoid(xp, za[:, :hidden]), _sigmoid(xp, za[:, hidden:2 * hidden])
+            t = xp.tanh(za[:, 2 * hidden:3 * hidden])
+            blocks = [g * t * i * (1 - i), None, g * i * (1 - t * t), None]
+            grad_c = None
+            if c is not None:
+                blocks[1] = g * c.cached_data * f * (1 - f)
+                grad_c = Tensor.make_const(g * f, device=node.device)
+            return Tensor.make_const(_join_arrays(xp, blocks), device=node.device), grad_c
+        i, f = sigmoid(_gate(z, 0, hidden)), sigmoid(_gate(z, 1, hidden))
+        t = tanh(_gate(z, 2, hidden))
+        blocks = [out_grad * t * i * (1 - i), None, out_grad * i * (1 - t * t), None]
+        if c is None:
+            return (_join(blocks, z),)
+        blocks[1] = out_grad * c * f * (1 - f)
+        return _join(blocks, z), out_grad * f
+
+
+class LSTMCellOutput(TensorOp):
+    """h' = o * tanh(c') from the gates z (B, 4H) and the new state c' (B, H)."""
+
+    def compute(self, z, c):
+        xp = namespace(z)
+        hidden = _hidden("lstm_cell_output", z, c)
+        return _sigmoid(xp, z[:, 3 * hidden:]) * xp.tanh(c)
+
+    def gradient(self, out_grad, node):
+        z, c = node.inputs
+        hidden = z.shape[1] // 4
+        if not is_grad_enabled():
+            xp = namespace(z.cached_data)
+            g = out_grad.cached_data
+            o = _sigmoid(xp, z.cached_data[:, 3 * hidden:])
+            t = xp.tanh(c.cached_data)
+            grad_z = _join_arrays(xp, [None, None, None, g * t * o * (1 - o)])
+            return (Tensor.make_const(grad_z, device=node.device),
+                    Tensor.make_const(g * o * (1 - t * t), device=node.device))
+        o, t = sigmoid(_gate(z, 3, hidden)), tanh(c)
+        return _join([None, None, None, out_grad * t * o * (1 - o)], z), out_grad * o * (1 - t * t)
+
+
+def lstm_cell_state(z: Tensor, c: Tensor | None = None) -> Tensor:
+    """The LSTM's new cell state f * c + i * g from gates z (B, 4H) and state c (None: zeros)."""
+    return LSTMCellState()(z) if c is None else LSTMCellState()(z, c)
+
+
+def lstm_cell_output(z: Tensor, c: Tensor) -> Tensor:
+    """The LSTM's new output o * tanh(c') from gates z (B, 4H) and the new state c'."""
+    return LSTMCellOutput()(z, c)
