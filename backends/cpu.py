@@ -109,6 +109,13 @@ class CPUDevice(Device):
         """In place, in L2-sized chunks (numpy's out=)."""
         return sgd_in_place(np, param, grad, u, **hyper)
 
+    def add_to_fresh(self, out, b):
+        """In place when b broadcasts to out's shape with out's dtype: no second array."""
+        if (b.__class__ is np.ndarray and b.dtype == out.dtype
+                and np.broadcast_shapes(out.shape, b.shape) == out.shape):
+            return np.add(out, b, out=out)
+        return out + b
+
     def softmax_xent(self, logits, labels):
         """One fresh (n, k) array (exp in place over the shifted logits) instead of two."""
         return softmax_xent(np, logits, labels)

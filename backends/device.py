@@ -173,6 +173,11 @@ class Device:
         portable one-hot matmul)."""
         return None
 
+    def add_to_fresh(self, out: Any, b: Any) -> Any:
+        """out + b where `out` is a fresh array no one else holds (a matmul's result): the
+        device may add in place."""
+        return out + b
+
     def softmax_xent(self, logits: Any, labels: Any) -> tuple[Any, Any, Any] | None:
         """(mean cross-entropy, exp(logits - row max), row sums) of (n, k) `logits` with
         fewer fresh arrays than the portable op; None where the device has no kernel."""

@@ -314,6 +314,10 @@ CASES = [
          lambda a: np_softmax_last(a / 2.0 - np.triu(np.full((3, 3), np.inf), 1)), [(2, 3, 3)]),
     Case("softmax_grad", lambda y, g: ndl.ops.SoftmaxGrad(2.0)(y, g),
          lambda y, g: y * (g - (g * y).sum(-1, keepdims=True)) / 2.0, [(3, 4), (3, 4)]),
+    Case("affine", ndl.ops.affine, lambda x, w, b: x @ w + b, [(3, 4), (4, 2), (1, 2)]),
+    Case("affine_3d", ndl.ops.affine, lambda x, w, b: x @ w + b, [(2, 3, 4), (4, 2), (2,)]),
+    Case("affine_wider_bias", ndl.ops.affine, lambda x, w, b: x @ w + b,
+         [(3, 4), (4, 2), (2, 1, 2)]),
     Case("lstm_cell_state", ndl.ops.lstm_cell_state, np_lstm_state, [(3, 8), (3, 2)]),
     Case("lstm_cell_state_zero", ndl.ops.lstm_cell_state, np_lstm_state, [(3, 8)]),
     Case("lstm_cell_output", ndl.ops.lstm_cell_output,
@@ -548,3 +552,25 @@ def test_scatter_item_matches_numpy_assignment(index, device):
     values = np.arange(1.0, part.size + 1).reshape(part.shape)
     out = ndl.ScatterItem(index, shape)(ndl.Tensor(values, device=device))
     np.testing.assert_array_equal(out.numpy(), np_scatter(values, index, shape))
+
+
+def test_affine_second_order(device):
+    rng = np.random.default_rng(11)
+    c = rng.standard_normal((3, 4))
+
+    def grad_dot_c(x, w, b):
+        (ndl.ops.affine(x, w, b) ** 2).sum().backward()
+        return (x.grad * ndl.Tensor(c, device=x.device)).sum() + (w.grad * w).sum() + (
+            b.grad * b).sum()
+
+    check_gradients(grad_dot_c, rng.standard_normal((3, 4)), rng.standard_normal((4, 2)),
+                    rng.standard_normal((1, 2)), device=device)
+
+
+def test_linear_is_one_affine_node_equal_to_matmul_plus_bias(device):
+    layer = ndl.nn.Linear(4, 3, device=device)
+    x = ndl.Tensor(np.random.default_rng(12).standard_normal((5, 4)), device=device,
+                   dtype="float32")
+    out = layer(x)
+    assert type(out.op).__name__ == "Affine"
+    np.testing.assert_array_equal(out.numpy(), (x @ layer.weight + layer.bias).numpy())

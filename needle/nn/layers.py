@@ -119,10 +119,11 @@ class Linear(Module):
         if found != self.in_features:
             raise ValueError(f"Linear: expected input with {self.in_features} features "
                              f"(last dimension), found {found} (input shape {x.shape})")
-        out = x @ self.weight
-        if self.bias is not None:
-            out = out + self.bias
-        return out
+        if self.bias is None:
+            return x @ self.weight
+        if x.ndim >= 2:
+            return ops.affine(x, self.weight, self.bias)  # one node, bias added in place
+        return x @ self.weight + self.bias
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "

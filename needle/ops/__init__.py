@@ -9,7 +9,7 @@ from .elementwise import (
 )
 from .conv import Col2Im, Conv, Im2Col, Pad, Taps, conv, im2col, pad
 from .embedding import EmbeddingLookup, SegmentSum, embedding
-from .linalg import MatMul, matmul
+from .linalg import Affine, MatMul, affine, matmul
 from .lstm import LSTMCellOutput, LSTMCellState, lstm_cell_output, lstm_cell_state
 from .movement import (
     BroadcastTo, Dilate, Flip, GetItem, Permute, Reshape, ScatterItem, SumToShape, Transpose,
@@ -35,7 +35,8 @@ __all__ = [
     "Log", "MulScalar", "Negate", "PowerScalar", "ReLU", "RPowerScalar", "Sigmoid", "Tanh",
     "add", "add_n", "add_scalar", "divide", "divide_scalar", "exp", "log", "mul_scalar",
     "multiply", "negate", "power", "power_scalar", "relu", "rpower_scalar", "sigmoid", "tanh",
-    "MatMul", "matmul", "BroadcastTo", "Dilate", "Flip", "GetItem", "Permute", "Reshape",
+    "MatMul", "matmul", "Affine", "affine", "BroadcastTo", "Dilate", "Flip", "GetItem",
+    "Permute", "Reshape",
     "ScatterItem", "Transpose", "UnDilate", "broadcast_to", "dilate", "flip", "get_item",
     "permute", "reshape", "transpose", "undilate", "LogSoftmax", "LogSumExp", "Max",
     "Summation", "SumToShape", "logsoftmax", "logsumexp", "max", "sum_to_shape", "summation",

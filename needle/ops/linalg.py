@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ..autograd import Tensor, TensorOp
-from ..backends import namespace
+from ..backends import device_of, namespace
+from .elementwise import check_broadcast
 from .movement import reshape, sum_to_shape
 
 
@@ -44,26 +45,58 @@ class MatMul(TensorOp):
         return a @ b
 
     def gradient(self, out_grad, node):
-        # C = op(A) op(B) with G = dC: d op(A) = G op(B)^T and d op(B) = op(A)^T G, each
-        # transposed back when its operand was, and summed over the batch dimensions that
-        # were broadcast. An operand that needs no gradient costs no matmul.
         a, b = node.inputs
-        ta, tb = self.transpose_a, self.transpose_b
-        grad_a = grad_b = None
-        if a.requires_grad:
-            grad_a = sum_to_shape(MatMul(tb, True)(b, out_grad) if ta else
-                                  MatMul(False, not tb)(out_grad, b), a.shape)
-        if b.requires_grad:
-            if b.ndim == 2 and a.ndim > 2 and not ta:
-                # the batch folded into the rows: one (F, N) @ (N, out) product, no batch sum
-                rows_a = reshape(a, (-1, a.shape[-1]))
-                rows_g = reshape(out_grad, (-1, out_grad.shape[-1]))
-                grad_b = (MatMul(True, False)(rows_g, rows_a) if tb else
-                          MatMul(True, False)(rows_a, rows_g))
-            else:
-                grad_b = sum_to_shape(MatMul(True, ta)(out_grad, a) if tb else
-                                      MatMul(not ta, False)(a, out_grad), b.shape)
-        return grad_a, grad_b
+        return matmul_adjoints(a, b, out_grad, self.transpose_a, self.transpose_b)
+
+
+def matmul_adjoints(a: Tensor, b: Tensor, out_grad: Tensor, ta: bool = False,
+                    tb: bool = False) -> tuple[Tensor | None, Tensor | None]:
+    """The adjoints of a and b in C = op(A) op(B) for dC = out_grad (None where an operand
+    needs no gradient).
+
+    d op(A) = G op(B)^T and d op(B) = op(A)^T G, each transposed back when its operand was,
+    and summed over the batch dimensions that were broadcast. An operand that needs no
+    gradient costs no matmul.
+    """
+    grad_a = grad_b = None
+    if a.requires_grad:
+        grad_a = sum_to_shape(MatMul(tb, True)(b, out_grad) if ta else
+                              MatMul(False, not tb)(out_grad, b), a.shape)
+    if b.requires_grad:
+        if b.ndim == 2 and a.ndim > 2 and not ta:
+            # the batch folded into the rows: one (F, N) @ (N, out) product, no batch sum
+            rows_a = reshape(a, (-1, a.shape[-1]))
+            rows_g = reshape(out_grad, (-1, out_grad.shape[-1]))
+            grad_b = (MatMul(True, False)(rows_g, rows_a) if tb else
+                      MatMul(True, False)(rows_a, rows_g))
+        else:
+            grad_b = sum_to_shape(MatMul(True, ta)(out_grad, a) if tb else
+                                  MatMul(not ta, False)(a, out_grad), b.shape)
+    return grad_a, grad_b
+
+
+class Affine(TensorOp):
+    """x @ w + b in one node (a Linear layer): x (..., n_in), w (n_in, n_out), b broadcasting
+    against (..., n_out).
+
+    The bias is added to the product's fresh array (in place where the device allows), and
+    the gradient is MatMul's plus the bias's sum over the broadcast axes, all needle ops.
+    """
+
+    def compute(self, x, w, b):
+        out = MatMul().compute(x, w)
+        check_broadcast("affine", out, b)
+        return device_of(out).add_to_fresh(out, b)
+
+    def gradient(self, out_grad, node):
+        x, w, b = node.inputs
+        grad_x, grad_w = matmul_adjoints(x, w, out_grad)
+        return grad_x, grad_w, (sum_to_shape(out_grad, b.shape) if b.requires_grad else None)
+
+
+def affine(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
+    """x @ w + b as one node (x of 2 or more dimensions)."""
+    return Affine()(x, w, b)
 
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:
