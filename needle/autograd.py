@@ -516,7 +516,7 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
         for inp, partial in zip(node.inputs, parts):
             if partial is None or not inp.requires_grad:
                 continue
-            if inp.__class__ is not TensorTuple:
+            if not isinstance(inp, TensorTuple):
                 shape = (inp.cached_data if inp.cached_data is not None else _data(inp)).shape
                 pdata = partial.cached_data
                 if (pdata if pdata is not None else _data(partial)).shape != shape:
@@ -528,31 +528,38 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
                 pending.append(partial)
 
 
-class ZeroAdjoint(Tensor):
-    """The zeros an op's gradient fills in for the parts of a TensorTuple it did not use
-    (TupleGetItem's): summing TensorTuple adjoints leaves them out."""
+class OneHotAdjoint(TensorTuple):
+    """The TensorTuple adjoint TupleGetItem gives (ops.OneHotTuple's output): `element` at
+    `index`, zeros elsewhere. The engine adds these by picking `element`, recorded or not."""
 
-    __slots__ = ()
+    __slots__ = ("index", "element")
 
 
 def _sum_tuple_adjoints(partials: list[Value]) -> Value:
     """The elementwise sum of TensorTuple adjoints, one AddN per element, zeros left out.
 
-    Each of T `split(x)[t]` contributes a tuple that is zero but for element t: added tuple
+    Each of T `split(x)[t]` contributes a OneHotTuple, zero but for element t: added tuple
     by tuple that would be T^2 additions, here it is T elements picked.
     """
-    columns: list[list[Value]] | None = None
+    columns: list[list[Value | None]] | None = None
     for partial in partials:
-        elems = (partial.inputs if isinstance(partial.op, _ops.MakeTensorTuple)
-                 else partial.tuple())
+        if partial.__class__ is OneHotAdjoint:
+            elems: list[Value | None] = [None] * len(partial.realize_cached_data())
+            elems[partial.index] = partial.element
+        elif isinstance(partial.op, _ops.MakeTensorTuple):
+            elems = list(partial.inputs)
+        else:
+            elems = list(partial.tuple())
         if columns is None:
             columns = [[] for _ in elems]
         for column, elem in zip(columns, elems):
-            column.append(elem)
+            if elem is not None:
+                column.append(elem)
     summed = []
-    for column in columns:
-        parts = [e for e in column if e.__class__ is not ZeroAdjoint] or column[:1]
-        summed.append(parts[0] if len(parts) == 1 else _ops.AddN()(*parts))
+    for i, column in enumerate(columns):
+        if not column:  # no partial reached this element: its zeros
+            column = [partials[0][i]]
+        summed.append(column[0] if len(column) == 1 else _ops.AddN()(*column))
     return _ops.make_tuple(*summed)
 
 

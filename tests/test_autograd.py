@@ -461,3 +461,27 @@ def test_split_adjoints_add_element_by_element(device, monkeypatch):
     np.testing.assert_array_equal(x.grad.numpy(), np.repeat(np.arange(1.0, t + 1), 2)
                                   .reshape(t, 2))
     assert len(calls) <= 2 * t  # the loss's own adds, not t * t
+
+
+def test_split_backward_is_linear_in_the_steps(device):
+    # each step's adjoint is a OneHotTuple, added by picking: T + O(1) nodes, no T^2 zeros
+    x = ndl.Tensor(np.arange(24.0).reshape(6, 2, 2), device=device)
+    steps = list(ndl.split(x, 0))
+    loss = steps[0].sum()
+    for t, step in enumerate(steps[1:], start=2):
+        loss = loss + (step * float(t)).sum()
+    loss.backward(create_graph=False)
+    expected = np.repeat(np.arange(1.0, 7.0), 4).reshape(6, 2, 2)
+    np.testing.assert_array_equal(x.grad.numpy(), expected)
+    one_hot = steps[3].op.gradient(ndl.Tensor(np.ones((2, 2)), device=device), steps[3])
+    assert type(one_hot.op).__name__ == "OneHotTuple"
+    parts = [p.numpy() for p in one_hot]
+    np.testing.assert_array_equal(parts[3], np.ones((2, 2)))
+    assert all(not p.any() for i, p in enumerate(parts) if i != 3)
+
+
+def test_unused_split_elements_get_zero_adjoints(device):
+    x = ndl.Tensor(np.ones((3, 2)), device=device)
+    parts = ndl.split(x, 0)
+    (parts[1] * 3.0).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [[0, 0], [3, 3], [0, 0]])

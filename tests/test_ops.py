@@ -322,6 +322,10 @@ CASES = [
     Case("lstm_cell_state_zero", ndl.ops.lstm_cell_state, np_lstm_state, [(3, 8)]),
     Case("lstm_cell_output", ndl.ops.lstm_cell_output,
          lambda z, c: np_sig(z[:, 6:]) * np.tanh(c), [(3, 8), (3, 2)]),
+    Case("one_hot_tuple",
+         lambda a: (lambda t: t[1] + t[0] * 2.0 + t[2])(
+             ndl.ops.OneHotTuple(1, ((a.shape, a.cached_data.dtype),) * 3)(a)),
+         lambda a: a + 0.0, [(3, 4)]),
     Case("make_tuple", lambda a, b: ndl.make_tuple(a, b)[1] - ndl.make_tuple(a, b)[0],
          lambda a, b: b - a, [(3, 4), (3, 4)]),
 ]

@@ -60,6 +60,15 @@ class _Cell(Module):
         b = self.bias_ih + self.bias_hh
         return [x @ self.W_ih + b for x in steps]
 
+    def sequence_terms(self, X: Tensor) -> list[Tensor]:
+        """The input terms of all steps of X (T, B, input_size) from one product (one
+        Affine node), as T (B, G*H) Tensors."""
+        if self.bias_ih is None:
+            xw = X @ self.W_ih
+        else:
+            xw = ops.affine(X, self.W_ih, self.bias_ih + self.bias_hh)
+        return list(ops.split(xw, 0))
+
     def extra_repr(self) -> str:
         return f"{self.input_size}, {self.hidden_size}" + ("" if self.bias else ", bias=False")
 
@@ -132,11 +141,11 @@ def _unpack_pair(owner: str, h) -> tuple[Tensor, Tensor]:
 def _layer_inputs(cell: _Cell, X: Tensor | list[Tensor]) -> list[Tensor]:
     """The input term of every time step of X, a (T, B, n_in) Tensor or T (B, n_in) ones.
 
-    One matmul per step rather than one on (T * B, n_in) then T slices: each slice's adjoint
-    is a dense (T, B, G*H) array, so slicing would make backward quadratic in T.
+    One product over all T * B rows (`sequence_terms`), split into the T steps: split's
+    adjoints are one-hot tuples the engine adds by picking, so backward stays linear in T
+    (slicing with X[t] would give each step a dense (T, B, G*H) adjoint).
     """
-    steps = [X[t] for t in range(X.shape[0])] if isinstance(X, Tensor) else X
-    return cell.input_terms(steps)
+    return cell.sequence_terms(X if isinstance(X, Tensor) else ops.stack(X, 0))
 
 
 class _Stack(Module):

@@ -26,7 +26,7 @@ from .reduce import (
 )
 from .softmax import Softmax, SoftmaxGrad, softmax
 from .tuple import (
-    FusedAddScalars, MakeTensorTuple, Split, Stack, TupleGetItem, fused_add_scalars,
+    FusedAddScalars, MakeTensorTuple, OneHotTuple, Split, Stack, TupleGetItem, fused_add_scalars,
     make_tuple, split, stack, tuple_get_item,
 )
 
@@ -40,7 +40,7 @@ __all__ = [
     "ScatterItem", "Transpose", "UnDilate", "broadcast_to", "dilate", "flip", "get_item",
     "permute", "reshape", "transpose", "undilate", "LogSoftmax", "LogSumExp", "Max",
     "Summation", "SumToShape", "logsoftmax", "logsumexp", "max", "sum_to_shape", "summation",
-    "FusedAddScalars", "MakeTensorTuple", "Split", "Stack", "TupleGetItem",
+    "FusedAddScalars", "MakeTensorTuple", "OneHotTuple", "Split", "Stack", "TupleGetItem",
     "fused_add_scalars", "make_tuple", "split", "stack", "tuple_get_item", "as_scalar",
     "Normalize", "NormalizeGrad", "normalize",
     "Conv", "Im2Col", "Col2Im", "Taps", "Pad", "conv", "im2col", "pad",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..autograd import Tensor, TensorOp, TensorTuple, TensorTupleOp, ZeroAdjoint
+from ..autograd import OneHotAdjoint, Tensor, TensorOp, TensorTuple, TensorTupleOp
 from ..backends import namespace
 from .axes import normalize_axis
 from .elementwise import as_scalar
@@ -38,15 +38,42 @@ class TupleGetItem(TensorOp):
         return a[self.index]
 
     def gradient(self, out_grad, node):
-        index = self.index
-        parts = []
-        for i, value in enumerate(node.inputs[0].realize_cached_data()):
-            if i == index:
-                parts.append(out_grad)
-            else:
-                parts.append(ZeroAdjoint.make_const(namespace(value).zeros_like(value),
-                                                    device=node.device))
-        return make_tuple(*parts)
+        like = tuple((tuple(v.shape), v.dtype) for v in node.inputs[0].realize_cached_data())
+        return OneHotTuple(self.index, like)(out_grad)
+
+
+class OneHotTuple(TensorTupleOp):
+    """The adjoint TupleGetItem(index) gives its TensorTuple: `a` at `index` and zeros at the
+    other places, one zeros array per distinct (shape, dtype) shared by them (adjoints are
+    never written in place). The engine adds such adjoints by picking `a` alone, so T
+    steps of a split cost T nodes backward, not T^2 zeros."""
+
+    def __init__(self, index: int, like: tuple):
+        self.index = index
+        self.like = like  # (shape, dtype) of every element
+
+    def __call__(self, a: Tensor) -> OneHotAdjoint:
+        value = OneHotAdjoint.make_from_op(self, (a,))
+        value.index, value.element = self.index, a  # what the engine adds, graph or not
+        return value
+
+    def compute(self, a):
+        xp = namespace(a)
+        zeros: dict = {}
+        out = []
+        for i, (shape, dtype) in enumerate(self.like):
+            if i == self.index:
+                out.append(a)
+                continue
+            zero = zeros.get((shape, dtype))
+            if zero is None:
+                zero = zeros[(shape, dtype)] = xp.zeros(shape, dtype=dtype,
+                                                        device=getattr(a, "device", None))
+            out.append(zero)
+        return tuple(out)
+
+    def gradient(self, out_grad, node):
+        return tuple_get_item(out_grad, self.index)
 
 
 def tuple_get_item(value: TensorTuple, index: int) -> Tensor:
