@@ -312,3 +312,15 @@ def test_cpu_sum_over_leading_axes_matches_numpy(shape, axis, keepdims):
         ref = np.sum(array.astype(np.float64), axis=axis, keepdims=keepdims)
         assert got.shape == ref.shape and got.dtype == array.dtype
         np.testing.assert_allclose(got, ref, rtol=1e-5)
+
+
+def test_conv_bias_is_added_in_the_node_and_checked(device):
+    rng = np.random.default_rng(21)
+    a = ndl.Tensor(rng.standard_normal((2, 4, 4, 3)), device=device)
+    b = ndl.Tensor(rng.standard_normal((3, 3, 3, 2)), device=device)
+    c = ndl.Tensor(rng.standard_normal(2), device=device)
+    out = ndl.conv(a, b, 1, 1, bias=c)
+    assert type(out.op).__name__ == "Conv" and len(out.inputs) == 3
+    np.testing.assert_allclose(out.numpy(), (ndl.conv(a, b, 1, 1) + c).numpy(), rtol=1e-12)
+    with pytest.raises(ValueError, match=r"bias must have shape \(2,\).*found \(3,\)"):
+        ndl.conv(a, b, 1, 1, bias=ndl.Tensor(np.zeros(3), device=device))

@@ -276,6 +276,8 @@ CASES = [
          * ndl.fused_add_scalars(a, 1.0, 2.0)[1], lambda a: (a + 1) * (a + 2), [(3, 4)]),
     Case("conv", lambda a, b: ndl.conv(a, b, 1, 1), lambda a, b: np_conv(a, b, 1, 1),
          [(2, 5, 6, 3), (3, 3, 3, 2)]),
+    Case("conv_bias", lambda a, b, c: ndl.conv(a, b, 1, 1, bias=c),
+         lambda a, b, c: np_conv(a, b, 1, 1) + c, [(2, 5, 6, 3), (3, 3, 3, 2), (2,)]),
     Case("conv_stride2_pad0", lambda a, b: ndl.conv(a, b, 2, 0),
          lambda a, b: np_conv(a, b, 2, 0), [(2, 7, 6, 2), (3, 3, 2, 3)]),
     Case("conv_k1", lambda a, b: ndl.conv(a, b, 1, 0), lambda a, b: np_conv(a, b, 1, 0),
@@ -318,6 +320,9 @@ CASES = [
     Case("affine_3d", ndl.ops.affine, lambda x, w, b: x @ w + b, [(2, 3, 4), (4, 2), (2,)]),
     Case("affine_wider_bias", ndl.ops.affine, lambda x, w, b: x @ w + b,
          [(3, 4), (4, 2), (2, 1, 2)]),
+    Case("scale_shift", ndl.ops.scale_shift, lambda x, w, b: x * w + b, [(3, 4), (4,), (1, 4)]),
+    Case("scale_shift_bcast", ndl.ops.scale_shift, lambda x, w, b: x * w + b,
+         [(3, 1), (2, 1, 4), (4,)]),
     Case("lstm_cell_state", ndl.ops.lstm_cell_state, np_lstm_state, [(3, 8), (3, 2)]),
     Case("lstm_cell_state_zero", ndl.ops.lstm_cell_state, np_lstm_state, [(3, 8)]),
     Case("lstm_cell_output", ndl.ops.lstm_cell_output,
@@ -569,6 +574,17 @@ def test_affine_second_order(device):
 
     check_gradients(grad_dot_c, rng.standard_normal((3, 4)), rng.standard_normal((4, 2)),
                     rng.standard_normal((1, 2)), device=device)
+
+
+def test_scale_shift_second_order(device):
+    rng = np.random.default_rng(13)
+
+    def grad_dot(x, w, b):
+        (ndl.ops.scale_shift(x, w, b) ** 2).sum().backward()
+        return (x.grad * x).sum() + (w.grad * w * w).sum() + (b.grad * x.sum(0)).sum()
+
+    check_gradients(grad_dot, rng.standard_normal((3, 4)), rng.standard_normal(4),
+                    rng.standard_normal(4), device=device)
 
 
 def test_linear_is_one_affine_node_equal_to_matmul_plus_bias(device):

@@ -41,9 +41,12 @@ class Conv(Module):
         if x.ndim != 4 or x.shape[1] != self.in_channels:
             raise ValueError(f"Conv: expected input of shape (N, {self.in_channels}, H, W), "
                              f"found {x.shape}")
-        out = ops.conv(ops.permute(x, (0, 2, 3, 1)), self.weight, self.stride, self.padding)
-        if self.bias is not None:
-            out = out + self.bias  # broadcasts over N, H, W
+        bias = self.bias
+        fused = bias is not None and bias.shape == (self.out_channels,)
+        out = ops.conv(ops.permute(x, (0, 2, 3, 1)), self.weight, self.stride, self.padding,
+                       bias=bias if fused else None)  # a (C_out,) bias added inside the node
+        if bias is not None and not fused:
+            out = out + bias  # a bias of another shape broadcasts over N, H, W
         return ops.permute(out, (0, 3, 1, 2))
 
     def extra_repr(self) -> str:

@@ -45,13 +45,13 @@ class BatchNorm1d(Module):
             # on the (dim,) vectors, so the batch is passed over twice, as PyTorch does
             inv_std = (self.running_var.realize_cached_data() + self.eps) ** -0.5
             scale = self.weight * Tensor.make_const(inv_std, device=x.device)
-            return x * scale + (self.bias - self.running_mean * scale)
+            return ops.scale_shift(x, scale, self.bias - self.running_mean * scale)
         # one fused node standardises with the batch mean and the biased batch variance
         op = ops.Normalize((0,), self.eps)
         out = op(x)
         out.realize_cached_data()  # computes op.stats, in lazy mode too
         self._update_running(*op.stats)
-        return out * self.weight + self.bias
+        return ops.scale_shift(out, self.weight, self.bias)
 
     def _update_running(self, mean, var) -> None:
         """running = (1 - m) running + m batch, on raw arrays: no graph is recorded.
@@ -109,7 +109,7 @@ class LayerNorm1d(Module):
     def scale_shift(self, normalized: Tensor) -> Tensor:
         """normalized * weight + bias: the affine half of forward, for callers that share one
         normalisation between several LayerNorms of the same input."""
-        return normalized * self.weight + self.bias
+        return ops.scale_shift(normalized, self.weight, self.bias)
 
     def extra_repr(self) -> str:
         return f"{self.dim}, eps={self.eps}"

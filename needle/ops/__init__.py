@@ -3,7 +3,8 @@
 from ..backend_ndarray import course_getattr
 from .elementwise import (
     AddN, AddScalar, DivScalar, EWiseAdd, EWiseDiv, EWiseMul, EWisePow, Exp, Log, MulScalar,
-    Negate, PowerScalar, ReLU, RPowerScalar, Sigmoid, Tanh, add, add_n, add_scalar, as_scalar,
+    Negate, PowerScalar, ReLU, RPowerScalar, ScaleShift, Sigmoid, Tanh, add, add_n, add_scalar,
+    as_scalar, scale_shift,
     divide, divide_scalar, exp, log, mul_scalar, multiply, negate, power,
     power_scalar, relu, rpower_scalar, sigmoid, tanh,
 )
@@ -47,7 +48,7 @@ __all__ = [
     "AvgPool2dOp", "Fold2d", "MaxPool2dOp", "Unfold2d", "avg_pool2d", "fold2d",
     "max_pool2d", "unfold2d", "EmbeddingLookup", "SegmentSum", "embedding",
     "SoftmaxCrossEntropy", "SoftmaxCrossEntropyGrad", "softmax_cross_entropy",
-    "Softmax", "SoftmaxGrad", "softmax",
+    "Softmax", "SoftmaxGrad", "softmax", "ScaleShift", "scale_shift",
     "LSTMCellState", "LSTMCellOutput", "lstm_cell_state", "lstm_cell_output",
 ]
 

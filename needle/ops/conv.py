@@ -20,7 +20,7 @@ from ..autograd import Tensor, TensorOp
 from ..backends import device_of, namespace
 from .axes import int_at_least
 from .linalg import MatMul
-from .movement import GetItem, permute, reshape
+from .movement import GetItem, permute, reshape, sum_to_shape
 from .windows import add_windows, window_slices
 
 
@@ -195,9 +195,12 @@ class Conv(TensorOp):
         for size, k in zip(a_shape[1:3], b_shape[:2]):
             _out_size("conv", size, k, self.stride, self.padding, a_shape, b_shape[:2])
 
-    def compute(self, a, b):
+    def compute(self, a, b, bias=None):
         a_shape, b_shape = tuple(a.shape), tuple(b.shape)
         self._check(a_shape, b_shape)
+        if bias is not None and tuple(bias.shape) != (b_shape[3],):
+            raise ValueError(f"conv: the bias must have shape ({b_shape[3]},) for weights of "
+                             f"shape {b_shape}, found {tuple(bias.shape)}")
         xp = namespace(a)
         kh, kw, c_in, c_out = b_shape
         cols = im2col_array(a, (kh, kw), self.stride, self.padding)
@@ -206,10 +209,12 @@ class Conv(TensorOp):
         self._saved = (a, cols)
         n, ho, wo, depth = cols.shape
         out = xp.reshape(cols, (n * ho * wo, depth)) @ xp.reshape(b, (depth, c_out))
+        if bias is not None:  # into the product's fresh array (in place where allowed)
+            out = device_of(out).add_to_fresh(out, bias)
         return xp.reshape(out, (n, ho, wo, c_out))
 
     def gradient(self, out_grad, node):
-        a, b = node.inputs
+        a, b = node.inputs[:2]
         kh, kw, c_in, c_out = b.shape
         n, ho, wo, _ = out_grad.shape
         depth = kh * kw * c_in
@@ -227,12 +232,19 @@ class Conv(TensorOp):
             cols = Im2Col((kh, kw), self.stride, self.padding, saved)(a)
             grad_b = reshape(MatMul(transpose_a=True)(reshape(cols, (n * ho * wo, depth)), g),
                              b.shape)
-        return grad_a, grad_b
+        if len(node.inputs) == 2:
+            return grad_a, grad_b
+        bias = node.inputs[2]
+        return grad_a, grad_b, (sum_to_shape(g, bias.shape) if bias.requires_grad else None)
 
 
-def conv(a: Tensor, b: Tensor, stride: int = 1, padding: int = 1) -> Tensor:
-    """Cross-correlate NHWC `a` with (K, K, C_in, C_out) `b`, zero-padding H and W by `padding`."""
-    return Conv(stride, padding)(a, b)
+def conv(a: Tensor, b: Tensor, stride: int = 1, padding: int = 1,
+         bias: Tensor | None = None) -> Tensor:
+    """Cross-correlate NHWC `a` with (K, K, C_in, C_out) `b`, zero-padding H and W by
+    `padding`, plus `bias` (C_out,) when given (in the same node)."""
+    if bias is None:
+        return Conv(stride, padding)(a, b)
+    return Conv(stride, padding)(a, b, bias)
 
 
 def im2col(a: Tensor, kernel_size, stride: int = 1, padding: int = 0) -> Tensor:

@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from ..autograd import Tensor, TensorOp
-from ..backends import namespace
+from ..backends import device_of, namespace
 from .movement import sum_to_shape
 
 
@@ -106,6 +106,31 @@ class AddN(TensorOp):
 def add_n(*tensors: Tensor) -> Tensor:
     """The sum of any number of tensors, as one node."""
     return tensors[0] if len(tensors) == 1 else AddN()(*tensors)
+
+
+class ScaleShift(TensorOp):
+    """x * w + b in one node (the affine half of a normalisation layer), broadcasting.
+
+    The shift is added to the product's fresh array (in place where the device allows); the
+    gradient is (g w, sum(g x), sum(g)), each summed back to its input's shape, needle ops.
+    """
+
+    def compute(self, x, w, b):
+        check_broadcast("scale_shift", x, w)
+        out = x * w
+        check_broadcast("scale_shift", out, b)
+        return device_of(out).add_to_fresh(out, b)
+
+    def gradient(self, out_grad, node):
+        x, w, b = node.inputs
+        return (unbroadcast(out_grad * w, x) if x.requires_grad else None,
+                unbroadcast(out_grad * x, w) if w.requires_grad else None,
+                unbroadcast(out_grad, b) if b.requires_grad else None)
+
+
+def scale_shift(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
+    """x * w + b as one node."""
+    return ScaleShift()(x, w, b)
 
 
 class AddScalar(TensorOp):
