@@ -126,8 +126,8 @@ class CPUDevice(Device):
 
     def add_to_fresh(self, out, b):
         """In place when b broadcasts to out's shape with out's dtype: no second array."""
-        if (b.__class__ is np.ndarray and b.dtype == out.dtype
-                and np.broadcast_shapes(out.shape, b.shape) == out.shape):
+        if b.__class__ is np.ndarray and b.dtype == out.dtype and (
+                b.shape == out.shape or np.broadcast_shapes(out.shape, b.shape) == out.shape):
             return np.add(out, b, out=out)
         return out + b
 

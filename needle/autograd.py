@@ -88,8 +88,19 @@ class Value:
     def grad(self) -> Value | None:
         """The adjoint set by the last backward() through this value (None before)."""
         grad = self._grad
+        if grad is None or isinstance(grad, Value):
+            return grad
         if grad.__class__ is weakref.ref:
             return grad()
+        # backward() without a graph leaves the adjoint's array: a constant when first read
+        if isinstance(grad, tuple):  # a TensorTuple's, None for its zero elements
+            data = self.realize_cached_data()
+            grad = TensorTuple.make_const(
+                tuple(self.device.xp.zeros_like(d) if g is None else g
+                      for d, g in zip(data, grad)), device=self.device)
+        else:
+            grad = Tensor.make_const(grad, device=self.device)
+        self._grad = grad
         return grad
 
     @grad.setter
@@ -491,6 +502,11 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
     broadcast adjoints back themselves); the shape check here is a safety net for user ops
     that do not. The partials of a node are summed by one AddN node.
     """
+    if not _grad_enabled():  # no graph to record: the adjoints as raw arrays
+        from .array_backward import backward_arrays
+
+        backward_arrays(output_tensor, out_grad.realize_cached_data())
+        return
     partials_of: dict[Value, list[Value]] = {output_tensor: [out_grad]}
     for node in reversed(find_topo_sort([output_tensor], requiring_grad=True)):
         partials = partials_of.pop(node, None)

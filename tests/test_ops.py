@@ -594,3 +594,24 @@ def test_linear_is_one_affine_node_equal_to_matmul_plus_bias(device):
     out = layer(x)
     assert type(out.op).__name__ == "Affine"
     np.testing.assert_array_equal(out.numpy(), (x @ layer.weight + layer.bias).numpy())
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_backward_without_a_graph_gives_the_same_gradients(case: Case, device):
+    # backward(create_graph=False) runs on raw arrays (ops' vjp methods, or their gradient on
+    # constants): the same numbers as the recorded gradients, to the bit
+    xs = case.inputs()
+    grads = []
+    for create_graph in (True, False):
+        ts = [ndl.Tensor(x, device=device, dtype="float64") for x in xs]
+        out = case.fn(*ts)
+        cot = np.random.default_rng(1).standard_normal(out.shape)
+        out.backward(ndl.Tensor(cot, device=device, dtype="float64"), create_graph=create_graph)
+        grads.append([None if t.grad is None else t.grad.numpy() for t in ts])
+        if not create_graph:
+            assert all(t.grad is None or t.grad.op is None for t in ts)
+    for recorded, raw in zip(*grads):
+        assert (recorded is None) == (raw is None)
+        if raw is not None:
+            assert raw.dtype == recorded.dtype and raw.shape == recorded.shape
+            np.testing.assert_array_equal(raw, recorded)

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..autograd import Tensor, TensorOp
 from ..backends import device_of, namespace
-from .movement import sum_to_shape
+from .movement import sum_array_to_shape, sum_to_shape
 
 
 def as_scalar(value: Any, op: str = "scalar op") -> int | float | bool:
@@ -56,6 +56,14 @@ def unbroadcast(adjoint: Tensor | None, x: Tensor) -> Tensor | None:
     return sum_to_shape(adjoint, x.shape)
 
 
+def unbroadcast_array(adjoint, x: Tensor):
+    """unbroadcast on the adjoint's raw array (the same computation, no node)."""
+    b = x.cached_data
+    if b is not None and adjoint.shape == b.shape:
+        return adjoint
+    return sum_array_to_shape(adjoint, tuple(x.shape))
+
+
 def check_broadcast(op: str, a, b) -> None:
     """ValueError naming both shapes unless they broadcast (checked here, not by the library:
     numpy raises ValueError, torch RuntimeError, jax TypeError)."""
@@ -72,7 +80,8 @@ class EWiseAdd(TensorOp):
     """a + b."""
 
     def compute(self, a, b):
-        check_broadcast("add", a, b)
+        if a.shape != b.shape:  # (inline: the equal-shape case is the hot one)
+            check_broadcast("add", a, b)
         return a + b
 
     def gradient(self, out_grad, node):
@@ -82,6 +91,15 @@ class EWiseAdd(TensorOp):
             return out_grad, out_grad
         return (unbroadcast(out_grad, a) if a.requires_grad else None,
                 unbroadcast(out_grad, b) if b.requires_grad else None)
+
+    def vjp(self, g, node):
+        """`gradient` on raw arrays (backward without a graph)."""
+        a, b = node.inputs
+        da, db = a.cached_data, b.cached_data
+        if da is not None and db is not None and da.shape == db.shape:
+            return g, g
+        return (unbroadcast_array(g, a) if a.requires_grad else None,
+                unbroadcast_array(g, b) if b.requires_grad else None)
 
 
 def add(a: Tensor, b: Tensor) -> Tensor:
@@ -127,6 +145,13 @@ class ScaleShift(TensorOp):
                 unbroadcast(out_grad * x, w) if w.requires_grad else None,
                 unbroadcast(out_grad, b) if b.requires_grad else None)
 
+    def vjp(self, g, node):
+        x, w, b = node.inputs
+        dx, dw = x.realize_cached_data(), w.realize_cached_data()
+        return (unbroadcast_array(g * dw, x) if x.requires_grad else None,
+                unbroadcast_array(g * dx, w) if w.requires_grad else None,
+                unbroadcast_array(g, b) if b.requires_grad else None)
+
 
 def scale_shift(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
     """x * w + b as one node."""
@@ -145,6 +170,9 @@ class AddScalar(TensorOp):
     def gradient(self, out_grad, node):
         return out_grad
 
+    def vjp(self, g, node):
+        return (g,)
+
 
 def add_scalar(a: Tensor, scalar) -> Tensor:
     """a + scalar."""
@@ -155,7 +183,8 @@ class EWiseMul(TensorOp):
     """a * b."""
 
     def compute(self, a, b):
-        check_broadcast("multiply", a, b)
+        if a.shape != b.shape:  # (inline: the equal-shape case is the hot one)
+            check_broadcast("multiply", a, b)
         return a * b
 
     def gradient(self, out_grad, node):
@@ -167,6 +196,16 @@ class EWiseMul(TensorOp):
                     out_grad * a if b.requires_grad else None)
         return (unbroadcast(out_grad * b, a) if a.requires_grad else None,
                 unbroadcast(out_grad * a, b) if b.requires_grad else None)
+
+    def vjp(self, g, node):
+        a, b = node.inputs
+        da, db = a.cached_data, b.cached_data
+        if da is None or db is None:  # built in lazy mode
+            da, db = a.realize_cached_data(), b.realize_cached_data()
+        if da.shape == db.shape:
+            return (g * db if a.requires_grad else None, g * da if b.requires_grad else None)
+        return (unbroadcast_array(g * db, a) if a.requires_grad else None,
+                unbroadcast_array(g * da, b) if b.requires_grad else None)
 
 
 def multiply(a: Tensor, b: Tensor) -> Tensor:
@@ -185,6 +224,9 @@ class MulScalar(TensorOp):
 
     def gradient(self, out_grad, node):
         return out_grad * self.scalar
+
+    def vjp(self, g, node):
+        return (g * self.scalar,)
 
 
 def mul_scalar(a: Tensor, scalar) -> Tensor:
@@ -315,6 +357,9 @@ class Negate(TensorOp):
     def gradient(self, out_grad, node):
         return -out_grad
 
+    def vjp(self, g, node):
+        return (-g,)
+
 
 def negate(a: Tensor) -> Tensor:
     """-a."""
@@ -361,6 +406,10 @@ class ReLU(TensorOp):
         a = node.inputs[0].realize_cached_data()
         mask = namespace(a).astype(a > 0, a.dtype)  # the derivative, a constant
         return out_grad * Tensor.make_const(mask, device=node.device)
+
+    def vjp(self, g, node):
+        a = node.inputs[0].realize_cached_data()
+        return (g * namespace(a).astype(a > 0, a.dtype),)
 
 
 def relu(a: Tensor) -> Tensor:

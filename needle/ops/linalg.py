@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..autograd import Tensor, TensorOp
 from ..backends import device_of, namespace
 from .elementwise import check_broadcast
-from .movement import reshape, sum_to_shape
+from .movement import Reshape, reshape, sum_array_to_shape, sum_to_shape
 
 
 class MatMul(TensorOp):
@@ -47,6 +47,29 @@ class MatMul(TensorOp):
     def gradient(self, out_grad, node):
         a, b = node.inputs
         return matmul_adjoints(a, b, out_grad, self.transpose_a, self.transpose_b)
+
+    def vjp(self, g, node):
+        a, b = node.inputs
+        return matmul_adjoint_arrays(a, b, g, self.transpose_a, self.transpose_b)
+
+
+def matmul_adjoint_arrays(a: Tensor, b: Tensor, g, ta: bool = False, tb: bool = False):
+    """matmul_adjoints on the raw adjoint array `g`: the same products, no nodes."""
+    da, db = a.realize_cached_data(), b.realize_cached_data()
+    grad_a = grad_b = None
+    if a.requires_grad:
+        grad_a = sum_array_to_shape(MatMul(tb, True).compute(db, g) if ta else
+                                    MatMul(False, not tb).compute(g, db), tuple(da.shape))
+    if b.requires_grad:
+        if db.ndim == 2 and da.ndim > 2 and not ta:
+            rows_a = Reshape((-1, da.shape[-1])).compute(da)
+            rows_g = Reshape((-1, g.shape[-1])).compute(g)
+            grad_b = (MatMul(True, False).compute(rows_g, rows_a) if tb else
+                      MatMul(True, False).compute(rows_a, rows_g))
+        else:
+            grad_b = sum_array_to_shape(MatMul(True, ta).compute(g, da) if tb else
+                                        MatMul(not ta, False).compute(da, g), tuple(db.shape))
+    return grad_a, grad_b
 
 
 def matmul_adjoints(a: Tensor, b: Tensor, out_grad: Tensor, ta: bool = False,
@@ -92,6 +115,12 @@ class Affine(TensorOp):
         x, w, b = node.inputs
         grad_x, grad_w = matmul_adjoints(x, w, out_grad)
         return grad_x, grad_w, (sum_to_shape(out_grad, b.shape) if b.requires_grad else None)
+
+    def vjp(self, g, node):
+        x, w, b = node.inputs
+        grad_x, grad_w = matmul_adjoint_arrays(x, w, g)
+        return grad_x, grad_w, (sum_array_to_shape(g, tuple(b.shape)) if b.requires_grad
+                                else None)
 
 
 def affine(x: Tensor, w: Tensor, b: Tensor) -> Tensor:

@@ -4,7 +4,7 @@ Both take the (B, 4H) gate pre-activations z (PyTorch's gate order i, f, g, o), 
 `c' = lstm_cell_state(z, c)` and `h' = lstm_cell_output(z, c')`: two nodes where the
 unfused step records eleven. Their gradients are needle ops while a graph is being recorded
 (backward(create_graph=True), so second order works); with no graph recorded
-(create_graph=False, or under no_grad) each gradient is one pass over raw arrays instead.
+(create_graph=False, or under no_grad) each is one pass over raw arrays (`vjp`) instead.
 """
 
 from __future__ import annotations
@@ -55,6 +55,11 @@ def _join_arrays(xp, blocks: list):
     return xp.concat([zero if b is None else b for b in blocks], axis=1)
 
 
+def _constants(arrays: tuple, device) -> tuple:
+    """The arrays as constant Tensors (None kept)."""
+    return tuple(None if a is None else Tensor.make_const(a, device=device) for a in arrays)
+
+
 class LSTMCellState(TensorOp):
     """c' = f * c + i * g from the gates z (B, 4H) and the state c (B, H); c' = i * g
     without c (a zero state)."""
@@ -70,16 +75,7 @@ class LSTMCellState(TensorOp):
         z, c = node.inputs[0], (node.inputs[1] if len(node.inputs) > 1 else None)
         hidden = z.shape[1] // 4
         if not is_grad_enabled():  # no graph: one pass over the arrays
-            xp = namespace(z.cached_data)
-            za, g = z.cached_data, out_grad.cached_data
-            i, f = _sigmoid(xp, za[:, :hidden]), _sigmoid(xp, za[:, hidden:2 * hidden])
-            t = xp.tanh(za[:, 2 * hidden:3 * hidden])
-            blocks = [g * t * i * (1 - i), None, g * i * (1 - t * t), None]
-            grad_c = None
-            if c is not None:
-                blocks[1] = g * c.cached_data * f * (1 - f)
-                grad_c = Tensor.make_const(g * f, device=node.device)
-            return Tensor.make_const(_join_arrays(xp, blocks), device=node.device), grad_c
+            return _constants(self.vjp(out_grad.realize_cached_data(), node), node.device)
         i, f = sigmoid(_gate(z, 0, hidden)), sigmoid(_gate(z, 1, hidden))
         t = tanh(_gate(z, 2, hidden))
         blocks = [out_grad * t * i * (1 - i), None, out_grad * i * (1 - t * t), None]
@@ -87,6 +83,20 @@ class LSTMCellState(TensorOp):
             return (_join(blocks, z),)
         blocks[1] = out_grad * c * f * (1 - f)
         return _join(blocks, z), out_grad * f
+
+    def vjp(self, g, node):
+        """The adjoints of z and c as arrays, in one pass (backward without a graph)."""
+        z, c = node.inputs[0], (node.inputs[1] if len(node.inputs) > 1 else None)
+        za = z.realize_cached_data()
+        hidden = za.shape[1] // 4
+        xp = namespace(za)
+        i, f = _sigmoid(xp, za[:, :hidden]), _sigmoid(xp, za[:, hidden:2 * hidden])
+        t = xp.tanh(za[:, 2 * hidden:3 * hidden])
+        blocks = [g * t * i * (1 - i), None, g * i * (1 - t * t), None]
+        if c is None:
+            return (_join_arrays(xp, blocks),)
+        blocks[1] = g * c.realize_cached_data() * f * (1 - f)
+        return _join_arrays(xp, blocks), g * f
 
 
 class LSTMCellOutput(TensorOp):
@@ -101,15 +111,18 @@ class LSTMCellOutput(TensorOp):
         z, c = node.inputs
         hidden = z.shape[1] // 4
         if not is_grad_enabled():
-            xp = namespace(z.cached_data)
-            g = out_grad.cached_data
-            o = _sigmoid(xp, z.cached_data[:, 3 * hidden:])
-            t = xp.tanh(c.cached_data)
-            grad_z = _join_arrays(xp, [None, None, None, g * t * o * (1 - o)])
-            return (Tensor.make_const(grad_z, device=node.device),
-                    Tensor.make_const(g * o * (1 - t * t), device=node.device))
+            return _constants(self.vjp(out_grad.realize_cached_data(), node), node.device)
         o, t = sigmoid(_gate(z, 3, hidden)), tanh(c)
         return _join([None, None, None, out_grad * t * o * (1 - o)], z), out_grad * o * (1 - t * t)
+
+    def vjp(self, g, node):
+        """The adjoints of z and c' as arrays, in one pass."""
+        za, ca = node.inputs[0].realize_cached_data(), node.inputs[1].realize_cached_data()
+        hidden = za.shape[1] // 4
+        xp = namespace(za)
+        o, t = _sigmoid(xp, za[:, 3 * hidden:]), xp.tanh(ca)
+        return (_join_arrays(xp, [None, None, None, g * t * o * (1 - o)]),
+                g * o * (1 - t * t))
 
 
 def lstm_cell_state(z: Tensor, c: Tensor | None = None) -> Tensor:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from array_api_compat import is_writeable_array
 from array_api_extra import at
@@ -49,6 +50,9 @@ class Reshape(TensorOp):
     def gradient(self, out_grad, node):
         return reshape(out_grad, node.inputs[0].shape)
 
+    def vjp(self, g, node):
+        return (Reshape(node.inputs[0].shape).compute(g),)
+
 
 def reshape(a: Tensor, shape) -> Tensor:
     """The same elements in a new shape."""
@@ -67,6 +71,9 @@ class BroadcastTo(TensorOp):
 
     def gradient(self, out_grad, node):
         return sum_to_shape(out_grad, node.inputs[0].shape)
+
+    def vjp(self, g, node):
+        return (sum_array_to_shape(g, node.inputs[0].shape),)
 
 
 def broadcast_to(a: Tensor, shape) -> Tensor:
@@ -93,18 +100,30 @@ class SumToShape(TensorOp):
         return broadcast_to(out_grad, node.inputs[0].shape)
 
 
+def broadcast_axes(shape: tuple, target: tuple) -> tuple[int, ...]:
+    """The axes of `shape` that broadcasting `target` to it added or stretched."""
+    lead = len(shape) - len(target)
+    if lead < 0 or any(s != 1 and shape[lead + i] != s for i, s in enumerate(target)):
+        raise ValueError(f"sum_to_shape: cannot sum shape {shape} to shape {target}")
+    return tuple(range(lead)) + tuple(
+        lead + i for i, s in enumerate(target) if s == 1 and shape[lead + i] != 1
+    )
+
+
 def sum_to_shape(t: Tensor, shape: tuple) -> Tensor:
     """`t` summed back to `shape`, from which it was broadcast (`t` itself if it has it)."""
     shape, t_shape = tuple(shape), t.shape
     if t_shape == shape:
         return t
-    lead = len(t_shape) - len(shape)
-    if lead < 0 or any(s != 1 and t_shape[lead + i] != s for i, s in enumerate(shape)):
-        raise ValueError(f"sum_to_shape: cannot sum shape {t_shape} to shape {shape}")
-    axes = tuple(range(lead)) + tuple(
-        lead + i for i, s in enumerate(shape) if s == 1 and t_shape[lead + i] != 1
-    )
-    return SumToShape(shape, axes)(t)
+    return SumToShape(shape, broadcast_axes(t_shape, shape))(t)
+
+
+def sum_array_to_shape(a: Any, shape: tuple) -> Any:
+    """sum_to_shape on a raw array (the same computation, no node)."""
+    shape = tuple(shape)
+    if tuple(a.shape) == shape:
+        return a
+    return SumToShape(shape, broadcast_axes(tuple(a.shape), shape)).compute(a)
 
 
 def _swap_axes(axes, shape: tuple) -> tuple[int, ...]:

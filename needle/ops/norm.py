@@ -60,6 +60,11 @@ class Normalize(TensorOp):
         saved, self._saved = self._saved, None
         return NormalizeGrad(self.axes, self.eps, saved)(node.inputs[0], out_grad)
 
+    def vjp(self, g, node):
+        saved, self._saved = self._saved, None
+        return (NormalizeGrad(self.axes, self.eps, saved).compute(
+            node.inputs[0].realize_cached_data(), g),)
+
 
 def normalize(x: Tensor, axes, eps: float = 1e-5) -> Tensor:
     """Standardise `x` over `axes`: zero mean, unit (biased) variance, plus `eps`."""

@@ -163,6 +163,11 @@ class SoftmaxCrossEntropy(TensorOp):
         saved, self._saved = self._saved, None
         return SoftmaxCrossEntropyGrad(self.labels, saved)(node.inputs[0], out_grad)
 
+    def vjp(self, g, node):
+        saved, self._saved = self._saved, None
+        return (SoftmaxCrossEntropyGrad(self.labels, saved).compute(
+            node.inputs[0].realize_cached_data(), g),)
+
 
 class SoftmaxCrossEntropyGrad(TensorOp):
     """The adjoint of SoftmaxCrossEntropy at logits x for a scalar adjoint g:

@@ -41,6 +41,11 @@ class TupleGetItem(TensorOp):
         like = tuple((tuple(v.shape), v.dtype) for v in node.inputs[0].realize_cached_data())
         return OneHotTuple(self.index, like)(out_grad)
 
+    def vjp(self, g, node):
+        out = [None] * len(node.inputs[0].realize_cached_data())  # None: a zero element
+        out[self.index] = g
+        return (tuple(out),)
+
 
 class OneHotTuple(TensorTupleOp):
     """The adjoint TupleGetItem(index) gives its TensorTuple: `a` at `index` and zeros at the
