@@ -346,8 +346,9 @@ class Tensor(Value):
         `out_grad` defaults to ones of this tensor's shape; a Tensor `out_grad` must have this
         tensor's device, shape and dtype (ValueError otherwise, as PyTorch does), while an array
         or list is converted to them. The gradients are built from needle ops and can be
-        differentiated again; `create_graph=False` records no graph for them (faster, and no
-        reference cycles between nodes and their gradients).
+        differentiated again; `create_graph=False` records no graph for them: the adjoints are
+        computed on raw arrays (needle/array_backward.py) and each `.grad` becomes a constant
+        Tensor when first read (faster, and no reference cycles between nodes and gradients).
         """
         if out_grad is None:
             out_grad = Tensor.make_const(
