@@ -1,7 +1,8 @@
 """Convolutions: needle cpu vs PyTorch CPU, measured in the same run.
 
 1. forward+backward of single conv layers at ResNet9's shapes (batch 128, 32x32 input);
-2. one ResNet9 training step (batch 128, 3x32x32, SGD lr 0.01), the issue's target being
+2. one ResNet9 training step (batch 128, 3x32x32, SGD lr 0.01; needle with the course's
+   `loss.backward()` and as needle-nograph with `backward(create_graph=False)`), the target being
    at most 1.5x PyTorch's time, with each framework's per-step peak memory (each in a fresh
    process: the peak RSS over the steps minus the RSS once model and batch were built);
 3. with --portable, needle's portable gather (stacked slices) in place of the cpu device's
@@ -79,7 +80,7 @@ def median_ms(fns: dict, rounds: int) -> dict[str, float]:
 
 
 # ----- one ResNet9 step --------------------------------------------------------------------
-def needle_step(portable: bool):
+def needle_step(portable: bool, create_graph: bool = True):
     from needle.apps.models import ResNet9
 
     if portable:
@@ -96,7 +97,7 @@ def needle_step(portable: bool):
     def step():
         opt.reset_grad()
         loss = loss_fn(model(X), y)
-        loss.backward()
+        loss.backward(create_graph=create_graph)  # the course's backward() records a graph
         opt.step()
     return step
 
@@ -143,7 +144,8 @@ def one_process(which: str, steps: int, threads: int | None) -> dict:
         import torch
 
         torch.set_num_threads(threads)
-    step = torch_step() if which == "pytorch" else needle_step(which == "needle-portable")
+    step = (torch_step() if which == "pytorch" else
+            needle_step(which == "needle-portable", create_graph=which != "needle-nograph"))
     return timed_steps(step, steps)
 
 
@@ -182,7 +184,7 @@ def main() -> None:
           f"{args.steps} steps, each framework in a fresh process):")
     extra = ["--steps", str(args.steps)] + (["--threads", str(args.threads)] if args.threads
                                             else [])
-    names = ["needle", "needle-portable", "pytorch"]
+    names = ["needle", "needle-nograph", "needle-portable", "pytorch"]
     results = fresh_process_rounds(__file__, names, args.rounds, extra)
     base = float(np.median([r["ms"] for r in results["pytorch"]]))
     for which, rs in results.items():
