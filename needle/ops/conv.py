@@ -20,7 +20,7 @@ from ..autograd import Tensor, TensorOp
 from ..backends import device_of, namespace
 from .axes import int_at_least
 from .linalg import MatMul
-from .movement import GetItem, permute, reshape, sum_to_shape
+from .movement import GetItem, Reshape, permute, reshape, sum_array_to_shape, sum_to_shape
 from .windows import add_windows, window_slices
 
 
@@ -236,6 +236,32 @@ class Conv(TensorOp):
             return grad_a, grad_b
         bias = node.inputs[2]
         return grad_a, grad_b, (sum_to_shape(g, bias.shape) if bias.requires_grad else None)
+
+    def vjp(self, out_grad, node):
+        """`gradient`'s products on raw arrays (backward without a graph)."""
+        a, b = node.inputs[:2]
+        da, db = a.realize_cached_data(), b.realize_cached_data()
+        kh, kw, c_in, c_out = db.shape
+        n, ho, wo, _ = out_grad.shape
+        depth = kh * kw * c_in
+        g = Reshape((n * ho * wo, c_out)).compute(out_grad)
+        grad_a = grad_b = None
+        if a.requires_grad:
+            taps = MatMul(transpose_b=True).compute(
+                Reshape((1, n * ho * wo, c_out)).compute(out_grad),
+                Reshape((kh * kw, c_in, c_out)).compute(db))
+            grad_a = Col2Im(tuple(da.shape), (kh, kw), self.stride, self.padding).compute(
+                Reshape((kh * kw, n, ho, wo, c_in)).compute(taps))
+        if b.requires_grad:
+            saved, self._saved = self._saved, None
+            cols = Im2Col((kh, kw), self.stride, self.padding, saved).compute(da)
+            grad_b = Reshape(tuple(db.shape)).compute(MatMul(transpose_a=True).compute(
+                Reshape((n * ho * wo, depth)).compute(cols), g))
+        if len(node.inputs) == 2:
+            return grad_a, grad_b
+        bias = node.inputs[2]
+        return grad_a, grad_b, (sum_array_to_shape(g, tuple(bias.shape)) if bias.requires_grad
+                                else None)
 
 
 def conv(a: Tensor, b: Tensor, stride: int = 1, padding: int = 1,

@@ -342,6 +342,9 @@ class DivScalar(TensorOp):
     def gradient(self, out_grad, node):
         return out_grad / self.scalar
 
+    def vjp(self, g, node):
+        return (g / self.scalar,)
+
 
 def divide_scalar(a: Tensor, scalar) -> Tensor:
     """a / scalar."""

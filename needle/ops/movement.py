@@ -154,6 +154,9 @@ class Transpose(TensorOp):
     def gradient(self, out_grad, node):
         return transpose(out_grad, self.axes)
 
+    def vjp(self, g, node):
+        return (Transpose(self.axes).compute(g),)
+
 
 def transpose(a: Tensor, axes=None) -> Tensor:
     """Swap two axes (by default the last two)."""
@@ -182,6 +185,13 @@ class Permute(TensorOp):
         for i, ax in enumerate(axes):
             inverse[ax] = i
         return permute(out_grad, tuple(inverse))
+
+    def vjp(self, g, node):
+        axes = normalize_axes("permute", self.axes, tuple(g.shape))
+        inverse = [0] * len(axes)
+        for i, ax in enumerate(axes):
+            inverse[ax] = i
+        return (Permute(tuple(inverse)).compute(g),)
 
 
 def permute(a: Tensor, axes) -> Tensor:

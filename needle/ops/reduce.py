@@ -6,7 +6,7 @@ from ..autograd import Tensor, TensorOp
 from ..backends import device_of, namespace
 from .axes import freeze_axes, normalize_axes
 from .elementwise import exp
-from .movement import broadcast_to, reshape
+from .movement import BroadcastTo, Reshape, broadcast_to, reshape
 
 
 def keepdims_shape(shape: tuple, axes: tuple[int, ...]) -> tuple[int, ...]:
@@ -42,6 +42,13 @@ class Summation(TensorOp):
     def gradient(self, out_grad, node):
         shape = node.inputs[0].shape
         return expand_reduced(out_grad, shape, normalize_axes("sum", self.axes, shape))
+
+    def vjp(self, g, node):
+        shape = tuple(node.inputs[0].shape)
+        axes = tuple(sorted(normalize_axes("sum", self.axes, shape)))
+        if axes != tuple(range(len(axes))):  # expand_reduced's steps, on the array
+            g = Reshape(keepdims_shape(shape, axes)).compute(g)
+        return (BroadcastTo(shape).compute(g),)
 
 
 def summation(a: Tensor, axes=None) -> Tensor:
