@@ -4,14 +4,13 @@ Both take the (B, 4H) gate pre-activations z (PyTorch's gate order i, f, g, o), 
 `c' = lstm_cell_state(z, c)` and `h' = lstm_cell_output(z, c')`: two nodes where the
 unfused step records eleven. Their gradients are needle ops while a graph is being recorded
 (backward(create_graph=True), so second order works); with no graph recorded
-(create_graph=False, or under no_grad) each is one pass over raw arrays (`vjp`) instead.
+(create_graph=False, or under no_grad) the engine calls their `vjp`, one pass over raw arrays.
 """
 
 from __future__ import annotations
 
 from ..autograd import Tensor, TensorOp
 from ..backends import namespace
-from ..grad_mode import is_grad_enabled
 from .elementwise import sigmoid, tanh
 from .movement import get_item, reshape
 from .tuple import stack
@@ -55,11 +54,6 @@ def _join_arrays(xp, blocks: list):
     return xp.concat([zero if b is None else b for b in blocks], axis=1)
 
 
-def _constants(arrays: tuple, device) -> tuple:
-    """The arrays as constant Tensors (None kept)."""
-    return tuple(None if a is None else Tensor.make_const(a, device=device) for a in arrays)
-
-
 class LSTMCellState(TensorOp):
     """c' = f * c + i * g from the gates z (B, 4H) and the state c (B, H); c' = i * g
     without c (a zero state)."""
@@ -74,8 +68,6 @@ class LSTMCellState(TensorOp):
     def gradient(self, out_grad, node):
         z, c = node.inputs[0], (node.inputs[1] if len(node.inputs) > 1 else None)
         hidden = z.shape[1] // 4
-        if not is_grad_enabled():  # no graph: one pass over the arrays
-            return _constants(self.vjp(out_grad.realize_cached_data(), node), node.device)
         i, f = sigmoid(_gate(z, 0, hidden)), sigmoid(_gate(z, 1, hidden))
         t = tanh(_gate(z, 2, hidden))
         blocks = [out_grad * t * i * (1 - i), None, out_grad * i * (1 - t * t), None]
@@ -110,8 +102,6 @@ class LSTMCellOutput(TensorOp):
     def gradient(self, out_grad, node):
         z, c = node.inputs
         hidden = z.shape[1] // 4
-        if not is_grad_enabled():
-            return _constants(self.vjp(out_grad.realize_cached_data(), node), node.device)
         o, t = sigmoid(_gate(z, 3, hidden)), tanh(c)
         return _join([None, None, None, out_grad * t * o * (1 - o)], z), out_grad * o * (1 - t * t)
 
