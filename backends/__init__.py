@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .cpu import CPUDevice
 from .cuda import CUDADevice
 from .device import Device, host_array
@@ -18,6 +20,7 @@ __all__ = [
     "Device", "CPUDevice", "CUDADevice", "StrictDevice", "TorchDevice", "JaxDevice", "cpu",
     "cpu_numpy", "cuda", "strict", "torch", "jax",
     "get_device", "default_device", "all_devices", "namespace", "device_of", "host_array",
+    "manual_seed",
 ]
 
 _DEVICES: dict[tuple[type, int | str | None], Device] = {}
@@ -86,6 +89,19 @@ def default_device() -> Device:
 def all_devices() -> list[Device]:
     """Every device kind needle knows, enabled on this machine or not."""
     return [cpu(), cuda(), strict()]
+
+
+def manual_seed(seed: int) -> None:
+    """Seed numpy's global state and the training generator of every device with `seed`.
+
+    Initial weights come from numpy's global state; Dropout masks from the device's own
+    generator (numpy's global state on cpu and strict), so a seeded run repeats on any device.
+    """
+    seed = int(seed)
+    np.random.seed(seed)
+    Device.global_seed = seed
+    for dev in _DEVICES.values():
+        dev.manual_seed(seed)
 
 
 # array type -> namespace, filled on first sight of each type (array_namespace costs µs)

@@ -41,10 +41,20 @@ class CUDADevice(Device):
                                   a, kernel, stride, padding)
 
     def index_add(self, indices: Any, values: Any, n: int) -> Any:
-        """cupyx.scatter_add (atomic adds) into zeros (n, ...)."""
+        """cupy.add.at (atomic adds) into zeros (n, ...)."""
         with self._native:
-            return scatter_add_rows(self._cupy.zeros, self._cupyx.scatter_add, indices, values,
-                                    n)
+            return scatter_add_rows(self._cupy.zeros, self._cupy.add.at, indices, values, n)
+
+    def _new_generator(self, seed: int) -> Any:
+        """cupy's own generator (cuRAND) on this GPU."""
+        with self._native:
+            return self._cupy.random.RandomState(seed)
+
+    def random(self, shape: tuple[int, ...]) -> Any:
+        """float32 uniform draws made on this GPU by its cuRAND generator."""
+        generator = self.generator()
+        with self._native:
+            return generator.random_sample(tuple(shape), dtype=self._cupy.float32)
 
     def owns(self, array: Any) -> bool:
         """cupy arrays on this GPU live here."""

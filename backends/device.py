@@ -26,6 +26,8 @@ class Device:
     """
 
     kind = "device"
+    #: the seed of the last `needle.manual_seed` (devices made after it start from it too)
+    global_seed: int | None = None
 
     def __init__(self, index: int = 0):
         self.index = index
@@ -33,6 +35,8 @@ class Device:
         self._native = None
         self._dtypes: dict[Any, Any] = {}
         self._reason: str | None = None  # unavailable_reason(), once probed
+        self._generator: Any = None  # the training generator, made on first draw
+        self._seed: int | None = Device.global_seed  # None: seed from numpy's state
 
     # ----- identity -------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -209,19 +213,37 @@ class Device:
         self._require()  # an unavailable device raises before the draw changes numpy's state
         return self.adopt_numpy(np.asarray(np.random.rand(*shape)))
 
-    def skip_rand(self, n: int) -> None:
-        """Advance numpy's global state exactly as `rand(n)` would, building nothing on this
-        device (Dropout at p = 0, where the course still draws a mask of all ones)."""
-        self._require()
-        while n > 0:  # in cache-sized chunks: the draws are thrown away
-            k = min(n, 1 << 16)
-            np.random.random_sample(k)
-            n -= k
-
     def randn(self, *shape) -> Any:
         """Standard normal float64 draws, `np.random.randn(*shape)`, placed on this device."""
         self._require()
         return self.adopt_numpy(np.asarray(np.random.randn(*shape)))
+
+    # ----- random numbers during training: the device's own generator ------------------
+    def manual_seed(self, seed: int) -> None:
+        """Seed this device's training generator with `seed` (made afresh at the next draw)."""
+        self._seed, self._generator = int(seed), None
+
+    def generator(self) -> Any:
+        """The training generator, seeded on first use by `manual_seed`'s seed or else from
+        numpy's global state (so `np.random.seed(k)` also fixes it)."""
+        if self._generator is None:
+            self._require()
+            seed = self._seed
+            if seed is None:
+                seed = int(np.random.randint(0, 2**31 - 1, dtype=np.int64))
+            self._generator = self._new_generator(seed)
+        return self._generator
+
+    def _new_generator(self, seed: int) -> Any:
+        """A generator of the device's library seeded with `seed` (None here: numpy's
+        global state is the generator)."""
+        return None
+
+    def random(self, shape: tuple[int, ...]) -> Any:
+        """Uniform [0, 1) draws of `shape` made where the arrays live, for randomness during
+        training (Dropout): float64 from numpy's global state here (the course's numbers);
+        devices with a generator of their own draw float32 on the device from it."""
+        return self.rand(*shape)
 
     # ----- conversion -----------------------------------------------------------------
     def owns(self, array: Any) -> bool:

@@ -108,6 +108,18 @@ class JaxDevice(Device):
                              device=self._native)
         return out.at[indices].add(values)
 
+    # ----- random numbers during training --------------------------------------------
+    def _new_generator(self, seed: int) -> Any:
+        """[key]: a jax PRNG key on this device, replaced by its successor at every draw."""
+        jax = self._jax
+        return [jax.device_put(jax.random.key(seed), self._native)]
+
+    def random(self, shape: tuple[int, ...]) -> Any:
+        """float32 uniform draws made on this jax device from its key (split at each draw)."""
+        holder = self.generator()
+        holder[0], draws = _draw(self._jax)(holder[0], tuple(shape))
+        return draws
+
     # ----- conversion ------------------------------------------------------------------
     def owns(self, array: Any) -> bool:
         """jax.Arrays on this jax device live here."""
@@ -131,6 +143,23 @@ class JaxDevice(Device):
     def to_numpy(self, array: Any) -> np.ndarray:
         """A host copy."""
         return np.array(array, copy=True)
+
+
+_DRAW: list[Any] = []
+
+
+def _draw(jax: Any) -> Any:
+    """jit of (key, shape) -> (next key, float32 uniform draws of shape), made once."""
+    if not _DRAW:
+        import functools
+
+        @functools.partial(jax.jit, static_argnums=1)
+        def draw(key: Any, shape: tuple[int, ...]) -> tuple[Any, Any]:
+            key, sub = jax.random.split(key)
+            return key, jax.random.uniform(sub, shape, dtype=jax.numpy.float32)
+
+        _DRAW.append(draw)
+    return _DRAW[0]
 
 
 _NAMESPACES: dict[bool, Any] = {}

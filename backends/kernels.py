@@ -31,7 +31,7 @@ def scatter_add_rows(zeros: Callable[..., Any], scatter_add: Callable[..., Any],
     repeated indices accumulate.
 
     `zeros` is the array library's, `scatter_add(out, indices, values)` an unbuffered
-    in-place add (cupyx.scatter_add; numpy's np.add.at has the same signature).
+    in-place add (cupy.add.at, or numpy's np.add.at: the same signature).
     """
     out = zeros((n,) + tuple(values.shape[1:]), dtype=values.dtype)
     scatter_add(out, indices, values)

@@ -94,6 +94,17 @@ class TorchDevice(Device):
                                 device=values.device)
         return out.index_add_(0, indices, values)
 
+    # ----- random numbers during training --------------------------------------------
+    def _new_generator(self, seed: int) -> Any:
+        """A torch.Generator of this torch device (torch.manual_seed leaves it alone)."""
+        return self._torch.Generator(device=self._native).manual_seed(seed)
+
+    def random(self, shape: tuple[int, ...]) -> Any:
+        """float32 uniform draws made on this torch device by its own generator."""
+        torch = self._torch
+        return torch.rand(tuple(shape), generator=self.generator(), device=self._native,
+                          dtype=torch.float32)
+
     # ----- conversion ------------------------------------------------------------------
     def owns(self, array: Any) -> bool:
         """torch.Tensors on this torch device live here."""

@@ -23,6 +23,7 @@ from .backends import (
     cuda,
     default_device,
     jax,
+    manual_seed,
     strict,
     torch,
 )
@@ -37,7 +38,7 @@ __all__ = [
     "Op", "Tensor", "TensorOp", "TensorTuple", "TensorTupleOp", "Value", "is_grad_enabled",
     "no_grad", "enable_grad", "set_grad_enabled",
     "Device", "all_devices", "cpu", "cpu_numpy", "cuda", "default_device", "strict", "torch",
-    "jax",
+    "jax", "manual_seed",
     "load", "save", "ones", "ones_like", "zeros", "zeros_like",
 ]
 __all__ += ops.__all__

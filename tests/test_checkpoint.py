@@ -112,7 +112,7 @@ def make(device, seed):
 
 
 def train_step(model, opt, x, y, seed):
-    np.random.seed(seed)  # dropout's draws
+    ndl.manual_seed(seed)  # dropout's draws, on every device
     opt.reset_grad()
     loss = nn.SoftmaxLoss()(model(x), y)
     loss.backward()

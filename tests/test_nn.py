@@ -116,7 +116,12 @@ def test_linear_rejects_the_wrong_number_of_features(device):
 
 
 # ----- Dropout -------------------------------------------------------------------------
-def test_dropout_training_uses_one_numpy_draw(device):
+HOST_GENERATOR = ("cpu", "strict")  # devices whose training draws are numpy's global state
+
+
+def test_dropout_training_on_the_host_uses_one_numpy_draw(device):
+    if device.kind not in HOST_GENERATOR:
+        pytest.skip(f"{device} draws Dropout masks with its own generator")
     x = data(4, 5)
     np.random.seed(13)
     out = nn.Dropout(0.3)(T(x, device))
@@ -129,14 +134,46 @@ def test_dropout_training_uses_one_numpy_draw(device):
     assert np.random.rand() == after_forward  # exactly one draw of x's shape
 
 
-def test_dropout_p0_training_is_identity_but_draws_like_the_course(device):
+def test_dropout_masks_come_from_the_devices_generator(device):
+    x = data(64, 50) + 2.0  # no zeros in x: a zero in the output is a dropped entry
+    layer = nn.Dropout(0.3)
+
+    def masks():
+        ndl.manual_seed(21)
+        state = np.random.get_state()[1].copy()
+        first, second = (layer(T(x, device)).numpy() for _ in range(2))
+        numpy_untouched = np.array_equal(np.random.get_state()[1], state)
+        return first, second, numpy_untouched
+
+    first, second, numpy_untouched = masks()
+    again, _, _ = masks()
+    np.testing.assert_array_equal(first, again)  # manual_seed repeats the masks
+    assert not np.array_equal(first == 0, second == 0)  # the generator moves on
+    kept = first != 0
+    np.testing.assert_allclose(first[kept], (x / 0.7)[kept], rtol=rtol(device))
+    assert 0.6 < kept.mean() < 0.8
+    # on the host devices the draws are numpy's; the others leave numpy's state alone
+    assert numpy_untouched == (device.kind not in HOST_GENERATOR)
+
+
+def test_device_generator_is_seeded_from_numpy_without_manual_seed(device):
+    if device.kind in HOST_GENERATOR:
+        pytest.skip(f"{device} draws from numpy's global state itself")
+    device._generator = device._seed = None  # as if never seeded
+    np.random.seed(5)
+    a = device.to_numpy(device.random((3, 4)))
+    device._generator = None
+    np.random.seed(5)
+    b = device.to_numpy(device.random((3, 4)))
+    np.testing.assert_array_equal(a, b)
+    assert a.dtype == np.float32 and ((0 <= a) & (a < 1)).all()
+
+
+def test_dropout_p0_training_is_identity_and_draws_nothing(device):
     x = T(data(4, 5), device)
-    np.random.seed(16)
-    assert nn.Dropout(0.0)(x) is x  # a mask of ones: no multiply, no node
-    after_forward = np.random.rand()
-    np.random.seed(16)
-    np.random.rand(4, 5)  # the course's (all-ones) mask draw
-    assert np.random.rand() == after_forward
+    ndl.manual_seed(16)
+    assert nn.Dropout(0.0)(x) is x  # no mask, no multiply, no node
+    assert np.random.rand() == np.random.RandomState(16).rand()
 
 
 def test_dropout_eval_is_identity_and_draws_nothing(device):
@@ -151,7 +188,7 @@ def test_dropout_gradient(device):
     layer = nn.Dropout(0.4)
 
     def fn(x):
-        np.random.seed(15)  # the same mask on every call
+        ndl.manual_seed(15)  # the same mask on every call, on every device
         return layer(x)
 
     check_gradients(fn, data(3, 4), device=device)

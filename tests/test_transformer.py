@@ -46,9 +46,10 @@ def no_drop(a):
     return a
 
 
-def dropper(p):
-    """The course's dropout on numpy arrays: one np.random.rand draw per call."""
-    return lambda a: a * (np.random.rand(*a.shape) < 1 - p) / (1 - p)
+def dropper(p, device):
+    """The course's dropout on numpy arrays: one draw of the device's training generator per
+    call (np.random.rand on cpu and strict)."""
+    return lambda a: a * (device.to_numpy(device.random(a.shape)) < 1 - p) / (1 - p)
 
 
 def np_softmax(z):
@@ -199,27 +200,28 @@ def test_transformer_matches_pytorch(device):
 def test_multi_head_attention_matches_numpy(causal, T_k, p, device):
     q, k, v = data(B, H, T, D, seed=1), data(B, H, T_k, D, seed=2), data(B, H, T_k, D, seed=3)
     mha = MultiHeadAttention(dropout=p, causal=causal, device=device)
-    np.random.seed(4)
+    ndl.manual_seed(4)
     out, probs = mha(*[tensor(a, device) for a in (q, k, v)])
-    np.random.seed(4)
-    expected, expected_probs = np_mha(q, k, v, causal, dropper(p) if p else no_drop)
+    ndl.manual_seed(4)
+    expected, expected_probs = np_mha(q, k, v, causal, dropper(p, device) if p else no_drop)
     np.testing.assert_allclose(probs.numpy(), expected_probs, **TOL)  # probs after dropout
     np.testing.assert_allclose(out.numpy(), expected, **TOL)
 
 
 def test_dropout_masks_in_forward_order(device, monkeypatch):
     """Training with p > 0: the masks of the probs, the attention output, the ReLU and the
-    second Linear, in that order, each one np.random.rand draw; eval draws none."""
+    second Linear, in that order, each one draw of the device's generator; eval draws none."""
     np.random.seed(0)
     layer = TransformerLayer(E, H, D, HIDDEN, dropout=0.5, device=device)
     x = data(B, T, E, seed=1)
-    np.random.seed(5)
+    ndl.manual_seed(5)
     out = layer(tensor(x, device))
-    np.random.seed(5)
-    np.testing.assert_allclose(out.numpy(), np_transformer_layer(layer, x, dropper(0.5)), **TOL)
+    ndl.manual_seed(5)
+    np.testing.assert_allclose(out.numpy(), np_transformer_layer(layer, x, dropper(0.5, device)),
+                               **TOL)
 
-    calls, real = [], np.random.rand
-    monkeypatch.setattr(np.random, "rand", lambda *shape: calls.append(shape) or real(*shape))
+    calls, real = [], device.random
+    monkeypatch.setattr(device, "random", lambda shape: calls.append(tuple(shape)) or real(shape))
     layer(tensor(x, device))
     assert calls == [(B, H, T, T), (B, T, E), (B, T, HIDDEN), (B, T, E)]
     calls.clear()

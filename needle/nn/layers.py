@@ -140,19 +140,15 @@ class Dropout(Module):
         self.p = float(p)
 
     def forward(self, x: Tensor) -> Tensor:
-        """x * mask / (1 - p) with mask = rand < 1 - p in training; x in eval."""
-        if not self.training:
-            return x
+        """x * mask / (1 - p) with mask = rand < 1 - p in training; x in eval and at p = 0."""
+        if not self.training or self.p == 0.0:
+            return x  # p = 0 draws nothing, as in PyTorch
         device = x.device
-        if self.p == 0.0:
-            # the course draws a mask of ones even here: advance numpy's state alike, so the
-            # draws after this one stay the course's, but skip building and multiplying it
-            device.skip_rand(math.prod(x.shape))
-            return x
         xp = device.xp
         keep = 1.0 - self.p
         data = x.realize_cached_data()
-        draws = device.rand(*x.shape)  # one float64 draw per entry, numpy's global state
+        # drawn on the device (numpy's global state on cpu: the course's float64 draws)
+        draws = device.random(x.shape)
         # the mask and the scale fused into one constant, so the graph gets one multiply
         scale = xp.astype(draws < keep, data.dtype) / keep
         return x * Tensor.make_const(scale, device=device)
