@@ -68,7 +68,7 @@ def _read_only_strided(a: np.ndarray, shape: tuple, strides: tuple) -> np.ndarra
 
 
 def numpy_namespace() -> types.ModuleType:
-    """array_api_compat.numpy with `sum`, `max` and `reshape` calling numpy directly.
+    """array_api_compat.numpy with `sum`, `max`, `reshape` and `matmul` calling numpy directly.
 
     Same semantics (the strict device checks that needle's calls are standard ones); on
     small arrays the Python wrappers of np.sum and compat's reshape cost more than the math.
@@ -82,7 +82,7 @@ def numpy_namespace() -> types.ModuleType:
     def reshape(x, /, shape, *, copy=None):
         return x.reshape(shape) if copy is None else compat_reshape(x, shape, copy=copy)
 
-    ns.sum, ns.max, ns.reshape = _sum, _max, reshape
+    ns.sum, ns.max, ns.reshape, ns.matmul = _sum, _max, reshape, np.matmul
     return ns
 
 

@@ -295,8 +295,17 @@ def host_array(obj: Any) -> np.ndarray:
     """Any array (numpy, cupy, array-api-strict, ...), list or scalar as a host numpy array."""
     if isinstance(obj, np.ndarray):
         return obj
-    if type(obj).__module__.startswith("cupy"):
-        return obj.get()
+    if type(obj).__module__.startswith(("cupy", "torch", "jax", "array_api_strict")):
+        # another device's array (on a GPU too): its device copies it to the host, never
+        # numpy's implicit conversion (which fails for GPU arrays)
+        from . import device_of
+
+        try:
+            source = device_of(obj)
+        except TypeError:  # not an array of a needle device (a torch.Size, say)
+            source = None
+        if source is not None:
+            return source.to_numpy(obj)
     if hasattr(obj, "__dlpack__") and hasattr(obj, "shape"):
         try:
             return np.from_dlpack(obj)

@@ -151,3 +151,39 @@ def test_jax_with_x64_holds_float64():
         t = ndl.Tensor(np.arange(3.0), device=ndl.jax())
         assert t.dtype == "float64" and (t * t).sum().numpy() == 5.0
         """)
+
+
+def test_jax_matmuls_run_at_full_float32_precision_unless_the_user_chose(device):
+    # on a GPU jax's default precision multiplies float32 with reduced-precision passes; the
+    # jax device asks for "highest" in every product needle makes (Linear, conv, attention),
+    # unless the user set jax's own default, which needle then follows
+    if device.kind != "jax":
+        pytest.skip("jax only")
+    calls = []
+    real = device.xp.matmul
+    assert real.keywords == {"precision": "highest"}
+
+    def spy(a, b):
+        calls.append((tuple(a.shape), tuple(b.shape)))
+        return real(a, b)
+
+    import jax
+
+    assert jax.config.jax_default_matmul_precision is None  # the user's setting is untouched
+    device.xp.matmul = spy
+    try:
+        np.random.seed(0)
+        conv = ndl.nn.Conv(2, 3, 3, device=device)
+        x = ndl.Tensor(np.ones((1, 2, 4, 4)), device=device)
+        conv(x).sum().backward()
+        (x.reshape((2, 16)) @ ndl.Tensor(np.ones((16, 2)), device=device)).sum().backward()
+    finally:
+        device.xp.matmul = real
+    assert ((16, 18), (18, 3)) in calls and ((2, 16), (16, 2)) in calls  # conv, plain matmul
+    run_python("""
+        import jax
+        jax.config.update("jax_default_matmul_precision", "bfloat16")
+        import needle as ndl
+        import jax.numpy as jnp
+        assert ndl.jax().xp.matmul is jnp.matmul  # the user's choice: left alone
+        """)

@@ -305,3 +305,22 @@ def test_cpu_device_keeps_freed_step_arrays_in_the_heap(tmp_path):
     if plain < 10 * 8 * 256:  # not glibc's adaptive malloc: nothing to lift
         pytest.skip(f"this C library kept the arrays without help ({plain} faults)")
     assert faults("needle") < plain / 4
+
+
+def test_gpu_arrays_move_through_their_device_not_numpys_conversion(monkeypatch):
+    # a torch CUDA tensor refuses np.asarray and np.from_dlpack; here a cpu tensor is made to
+    # refuse them the same way, and every other device must still take it (through torch)
+    torch = pytest.importorskip("torch")
+    source = ndl.torch()
+    arr = source.asarray(np.arange(6, dtype=np.float32).reshape(2, 3))
+
+    def refuse(*args, **kwargs):
+        raise TypeError("can't convert cuda:0 device type tensor to numpy")
+
+    monkeypatch.setattr(torch.Tensor, "__array__", refuse)
+    monkeypatch.setattr(torch.Tensor, "__dlpack__", refuse)
+    for other in [ndl.cpu(), ndl.strict(), ndl.jax()]:
+        if other.enabled():
+            moved = other.asarray(arr)
+            assert other.owns(moved)
+            np.testing.assert_array_equal(other.to_numpy(moved), np.arange(6).reshape(2, 3))

@@ -208,7 +208,7 @@ class Conv(TensorOp):
         # op without inputs that require grad is dropped right away, and the windows with it)
         self._saved = (a, cols)
         n, ho, wo, depth = cols.shape
-        out = xp.reshape(cols, (n * ho * wo, depth)) @ xp.reshape(b, (depth, c_out))
+        out = xp.matmul(xp.reshape(cols, (n * ho * wo, depth)), xp.reshape(b, (depth, c_out)))
         if bias is not None:  # into the product's fresh array (in place where allowed)
             out = device_of(out).add_to_fresh(out, bias)
         return xp.reshape(out, (n, ho, wo, c_out))

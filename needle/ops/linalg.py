@@ -40,9 +40,9 @@ class MatMul(TensorOp):
             # a stack of rows times one matrix (Linear on (B, T, F)): one 2-d product, where
             # a batched matmul would make one small product per leading index
             lead = tuple(a.shape[:-1])
-            out = xp.reshape(a, (-1, a.shape[-1])) @ b
+            out = xp.matmul(xp.reshape(a, (-1, a.shape[-1])), b)
             return xp.reshape(out, lead + (b.shape[-1],))
-        return a @ b
+        return xp.matmul(a, b)  # xp's: jax's computes float32 at full precision
 
     def gradient(self, out_grad, node):
         a, b = node.inputs
