@@ -165,4 +165,6 @@ class CPUDevice(Device):
 
     def to_numpy(self, array: Any) -> np.ndarray:
         """A host copy."""
+        if self._pending:
+            self.check_pending()
         return np.array(array, copy=True)

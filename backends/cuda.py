@@ -16,6 +16,7 @@ class CUDADevice(Device):
     """Arrays in GPU memory, computed with cupy. Constructing one never touches the GPU."""
 
     kind = "cuda"
+    defers_checks = True
 
     def __init__(self, index: int = 0):
         super().__init__(index)
@@ -69,8 +70,10 @@ class CUDADevice(Device):
             return self._cupy.array(array, copy=True)
 
     def to_numpy(self, array: Any) -> np.ndarray:
-        """Copy to the host (cupy refuses implicit conversion)."""
+        """Copy to the host (cupy refuses implicit conversion); deferred checks first."""
         self._require()
+        if self._pending:
+            self.check_pending()
         return array.get()
 
     def empty_pinned(self, nbytes: int) -> np.ndarray:

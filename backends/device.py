@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -36,6 +36,7 @@ class Device:
         self._dtypes: dict[Any, Any] = {}
         self._reason: str | None = None  # unavailable_reason(), once probed
         self._generator: Any = None  # the training generator, made on first draw
+        self._pending: list = []  # deferred checks: (0-d bool array, message function)
         self._seed: int | None = Device.global_seed  # None: seed from numpy's state
 
     # ----- identity -------------------------------------------------------------------
@@ -244,6 +245,31 @@ class Device:
         training (Dropout): float64 from numpy's global state here (the course's numbers);
         devices with a generator of their own draw float32 on the device from it."""
         return self.rand(*shape)
+
+    # ----- checks left on the device until the next read ------------------------------
+    #: whether a read to the host stalls an accelerator's queue: checks of values (index
+    #: ranges) are then deferred to the next read instead of syncing in every step
+    defers_checks: bool = False
+    #: deferred checks kept at most before they are read (one sync per this many)
+    MAX_PENDING = 64
+
+    def defer_check(self, bad: Any, message: Callable[[], str]) -> None:
+        """Remember `bad`, a 0-d bool array of this device that must be False; if it is
+        not, the next read to the host (`to_numpy`) raises ValueError(message())."""
+        self._pending.append((bad, message))
+        if len(self._pending) >= self.MAX_PENDING:
+            self.check_pending()
+
+    def check_pending(self) -> None:
+        """Read every deferred check at once; raise the first that failed."""
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        xp = self.xp
+        flags = self.to_numpy(xp.stack([xp.reshape(bad, ()) for bad, _ in pending]))
+        for flag, (_, message) in zip(flags, pending):
+            if flag:
+                raise ValueError(message())
 
     # ----- conversion -----------------------------------------------------------------
     def owns(self, array: Any) -> bool:

@@ -140,8 +140,15 @@ class JaxDevice(Device):
         """A copy of the host data (jax may share a numpy buffer on the cpu: copy it first)."""
         return self.adopt_numpy(np.array(array, copy=True, order="C"))
 
+    @property
+    def defers_checks(self) -> bool:
+        """On a GPU or TPU a read to the host is a sync: checks wait for the next one."""
+        return self.native.platform != "cpu"
+
     def to_numpy(self, array: Any) -> np.ndarray:
-        """A host copy."""
+        """A host copy (deferred checks first)."""
+        if self._pending:
+            self.check_pending()
         return np.array(array, copy=True)
 
 

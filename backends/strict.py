@@ -54,4 +54,6 @@ class StrictDevice(Device):
 
     def to_numpy(self, array: Any) -> np.ndarray:
         """A host copy, through DLPack."""
+        if self._pending:
+            self.check_pending()
         return np.array(np.from_dlpack(array), copy=True)

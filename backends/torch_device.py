@@ -127,8 +127,15 @@ class TorchDevice(Device):
             return self._torch.from_numpy(array)
         return self.from_numpy(array)
 
+    @property
+    def defers_checks(self) -> bool:
+        """On a GPU (cuda, mps) a read to the host is a sync: checks wait for the next one."""
+        return self.index != "cpu"
+
     def to_numpy(self, array: Any) -> np.ndarray:
-        """A host copy."""
+        """A host copy (deferred checks first)."""
+        if self._pending:
+            self.check_pending()
         return np.array(array.detach().cpu().numpy(), copy=True)
 
 

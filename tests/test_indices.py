@@ -72,3 +72,53 @@ def test_softmax_loss_refuses_bad_float_labels(bad, message, device):
     z = ndl.Tensor(np.zeros((2, 4)), device=device)
     with pytest.raises(ValueError, match=f"SoftmaxLoss: labels must be {message}"):
         nn.SoftmaxLoss()(z, ndl.Tensor([0.0, bad], device=device))
+
+
+# ----- on an accelerator the checks wait for the next read to the host ----------------------
+@pytest.fixture
+def deferring(device, monkeypatch):
+    """`device` behaving as an accelerator does: index checks deferred to the next read."""
+    monkeypatch.setattr(type(device), "defers_checks", True)
+    device._pending = []
+    yield device
+    device._pending = []
+
+
+def test_deferred_check_raises_at_the_next_read_and_never_indexes_out_of_bounds(deferring):
+    dev = deferring
+    np.random.seed(0)
+    emb = nn.Embedding(5, 3, device=dev)
+    out = emb(ndl.Tensor([[1, 7]], device=dev))  # no read here: the step goes on
+    loss = (out * out).sum()
+    loss.backward()
+    assert len(dev._pending) == 1
+    with pytest.raises(ValueError, match=r"^Embedding: indices must be in \[0, 5\), found 7$"):
+        loss.numpy()
+    assert dev._pending == []  # reported once; the next read is clean
+    good = emb(ndl.Tensor([[1, 4]], device=dev)).numpy()
+    np.testing.assert_array_equal(good, emb.weight.numpy()[[1, 4]][None])
+
+
+def test_deferred_labels_and_one_hot_are_checked_at_the_next_read(deferring):
+    dev = deferring
+    logits = ndl.Tensor(np.zeros((2, 3)), device=dev)
+    loss = nn.SoftmaxLoss()(logits, ndl.Tensor([0.0, 2.5], device=dev))
+    with pytest.raises(ValueError, match="SoftmaxLoss: labels must be whole numbers, found 2.5"):
+        loss.numpy()
+    hot = init.one_hot(3, [0, 3], device=dev)
+    with pytest.raises(ValueError, match=r"one_hot: labels must be in \[0, 3\), found 3"):
+        hot.numpy()
+    ok = nn.SoftmaxLoss()(logits, ndl.Tensor([0, 2], device=dev)).numpy()
+    np.testing.assert_allclose(ok, np.log(3), rtol=1e-6)
+
+
+def test_deferred_checks_are_read_every_max_pending(deferring, monkeypatch):
+    dev = deferring
+    monkeypatch.setattr(dev, "MAX_PENDING", 4)
+    ids = ndl.Tensor([0, 1], device=dev)
+    for _ in range(3):
+        ndl.ops.embedding(ndl.Tensor(np.ones((2, 2)), device=dev), ids)
+    assert len(dev._pending) == 3
+    with pytest.raises(ValueError, match=r"found 9"):  # the 4th check: all four are read
+        ndl.ops.embedding(ndl.Tensor(np.ones((2, 2)), device=dev), ndl.Tensor([9], device=dev))
+    assert dev._pending == []

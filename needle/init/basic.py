@@ -62,7 +62,7 @@ def one_hot(n, i, device=None, dtype="float32", requires_grad=False):
         i = i.realize_cached_data()
     if not device.owns(i):
         i = device.asarray(i)
-    labels = as_index_array(device.xp, i, n, "one_hot", "labels")
+    labels = as_index_array(device.xp, i, n, "one_hot", "labels", device)
     return _tensor(device.one_hot(n, labels, dtype=dtype), device, dtype, requires_grad)
 
 

@@ -26,7 +26,8 @@ class SoftmaxLoss(Module):
         if y.device != logits.device:
             raise ValueError(f"SoftmaxLoss: logits on {logits.device}, labels on {y.device}; "
                              "move them with .to()")
-        # one 0-d reduction read back: the only host sync of the loss
-        labels = as_index_array(y.device.xp, y.realize_cached_data(), k, "SoftmaxLoss", "labels")
+        # checked by one 0-d reduction read back (on an accelerator: at the next read)
+        labels = as_index_array(y.device.xp, y.realize_cached_data(), k, "SoftmaxLoss", "labels",
+                                y.device)
         # one fused op: shifted by the row max first, so huge float32 logits keep their answer
         return ops.softmax_cross_entropy(logits, labels)

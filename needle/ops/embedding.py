@@ -79,7 +79,7 @@ def index_tensor(indices: Any, n: int, who: str, device=None) -> Tensor:
         device, data = indices.device, indices.realize_cached_data()
     else:
         data = device.asarray(indices)
-    data = as_index_array(device.xp, data, n, who)
+    data = as_index_array(device.xp, data, n, who, device=device)
     return Tensor.make_const(data, device=device)
 
 

@@ -5,11 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 
-def as_index_array(xp: Any, array: Any, n: int, who: str, what: str = "indices") -> Any:
+def as_index_array(xp: Any, array: Any, n: int, who: str, what: str = "indices",
+                   device: Any = None) -> Any:
     """`array` as int64 indices in [0, n); float dtypes must hold whole numbers.
 
-    Integer dtypes are the fast path. One device-to-host read checks every value; a bad one
-    raises ValueError naming `who` and the value, a dtype that is neither raises TypeError.
+    Integer dtypes are the fast path. A bad value raises ValueError naming `who` and the
+    value, a dtype that is neither raises TypeError. On host-memory devices one read checks
+    every value at once. On an accelerator (`device.defers_checks`) a read would stall the
+    step, so the check is left on the device and raised at the device's next read to the
+    host (the loss read, say), and bad entries are replaced by 0 meanwhile, so no kernel
+    ever indexes out of bounds.
     """
     floating = xp.isdtype(array.dtype, "real floating")
     if floating:
@@ -20,11 +25,22 @@ def as_index_array(xp: Any, array: Any, n: int, who: str, what: str = "indices")
     else:
         raise TypeError(f"{who}: expected integer {what} (or floats holding whole numbers), "
                         f"found dtype {array.dtype}")
+    if device is not None and device.defers_checks:
+        device.defer_check(xp.any(bad), lambda: _message(xp, array, bad, n, who, what))
+        return xp.astype(xp.where(bad, xp.zeros_like(array), array), xp.int64, copy=False)
     if bool(xp.any(bad)):  # the one read back; on failure, one more to name the value
-        first = int(xp.argmax(xp.astype(xp.reshape(bad, (-1,)), xp.int8)))
-        value = xp.reshape(array, (-1,))[first]
-        value = float(value) if floating else int(value)
-        if floating and not value.is_integer():
-            raise ValueError(f"{who}: {what} must be whole numbers, found {value}")
-        raise ValueError(f"{who}: {what} must be in [0, {n}), found {value}")
+        raise ValueError(_message(xp, array, bad, n, who, what))
     return xp.astype(array, xp.int64, copy=False)
+
+
+def _message(xp: Any, array: Any, bad: Any, n: int, who: str, what: str) -> str:
+    """What is wrong with the first bad entry of `array` (reads it back)."""
+    first = int(xp.argmax(xp.astype(xp.reshape(bad, (-1,)), xp.int8)))
+    value = xp.reshape(array, (-1,))[first]
+    if xp.isdtype(array.dtype, "real floating"):
+        value = float(value)
+        if not value.is_integer():
+            return f"{who}: {what} must be whole numbers, found {value}"
+    else:
+        value = int(value)
+    return f"{who}: {what} must be in [0, {n}), found {value}"
