@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from .device import Device
-from .kernels import scatter_add_rows, strided_im2col
+from .kernels import SPLITMIX_UNIFORM_CUDA, scatter_add_rows, strided_im2col
 
 INSTALL_HINT = "install the GPU extra with `pip install needle[cuda]` (cupy-cuda12x)"
 
@@ -46,16 +46,29 @@ class CUDADevice(Device):
         with self._native:
             return scatter_add_rows(self._cupy.zeros, self._cupy.add.at, indices, values, n)
 
-    def _new_generator(self, seed: int) -> Any:
-        """cupy's own generator (cuRAND) on this GPU."""
-        with self._native:
-            return self._cupy.random.RandomState(seed)
+    def _new_generator(self, seed: int) -> list[int]:
+        """[seed, offset]: a counter-based generator (kernels.splitmix_uniform), whose state
+        a checkpoint holds exactly."""
+        return [seed % 2**64, 0]
+
+    def rng_state(self) -> np.ndarray:
+        """(seed, offset) as uint64."""
+        return np.array(self.generator(), dtype=np.uint64)
+
+    def set_rng_state(self, state: np.ndarray) -> None:
+        """Restore a state `rng_state` gave."""
+        seed, offset = (int(v) for v in np.asarray(state, dtype=np.uint64))
+        self.generator()[:] = [seed, offset]
 
     def random(self, shape: tuple[int, ...]) -> Any:
-        """float32 uniform draws made on this GPU by its cuRAND generator."""
-        generator = self.generator()
+        """float32 uniform draws made on this GPU by one kernel (kernels.splitmix_uniform)."""
+        generator, cp = self.generator(), self._cupy
         with self._native:
-            return generator.random_sample(tuple(shape), dtype=self._cupy.float32)
+            out = cp.empty(tuple(shape), dtype=cp.float32)
+            if out.size:
+                _kernels(cp)["uniform"](np.uint64(generator[0]), np.uint64(generator[1]), out)
+        generator[1] = (generator[1] + out.size) % 2**64
+        return out
 
     def owns(self, array: Any) -> bool:
         """cupy arrays on this GPU live here."""
@@ -81,6 +94,19 @@ class CUDADevice(Device):
         needle.distributed stages arrays through it for an MPI that is not CUDA-aware."""
         self._require()
         return self._cupyx.empty_pinned((nbytes,), dtype=np.uint8)
+
+
+_KERNELS: dict[str, Any] = {}
+
+
+def _kernels(cp: Any) -> dict[str, Any]:
+    """needle's own cupy kernels, compiled on first use (each has a numpy reference in
+    kernels.py that the tests compare it with)."""
+    if not _KERNELS:
+        _KERNELS["uniform"] = cp.ElementwiseKernel(
+            "uint64 seed, uint64 offset", "float32 u", SPLITMIX_UNIFORM_CUDA,
+            "needle_splitmix_uniform")
+    return _KERNELS
 
 
 def _probe(index: int) -> str:

@@ -240,6 +240,15 @@ class Device:
         global state is the generator)."""
         return None
 
+    def rng_state(self) -> np.ndarray | None:
+        """The training generator's state as a host array, for checkpoints (None where the
+        generator is numpy's global state, saved on its own, or cannot be read)."""
+        return None
+
+    def set_rng_state(self, state: np.ndarray) -> None:
+        """Restore a state `rng_state` gave."""
+        raise ValueError(f"{self} has no generator state of its own to restore")
+
     def random(self, shape: tuple[int, ...]) -> Any:
         """Uniform [0, 1) draws of `shape` made where the arrays live, for randomness during
         training (Dropout): float64 from numpy's global state here (the course's numbers);

@@ -99,6 +99,14 @@ class TorchDevice(Device):
         """A torch.Generator of this torch device (torch.manual_seed leaves it alone)."""
         return self._torch.Generator(device=self._native).manual_seed(seed)
 
+    def rng_state(self) -> np.ndarray:
+        """The torch.Generator's state (bytes)."""
+        return self.generator().get_state().numpy().copy()
+
+    def set_rng_state(self, state: np.ndarray) -> None:
+        """Restore a state `rng_state` gave."""
+        self.generator().set_state(self._torch.from_numpy(np.asarray(state, dtype=np.uint8)))
+
     def random(self, shape: tuple[int, ...]) -> Any:
         """float32 uniform draws made on this torch device by its own generator."""
         torch = self._torch

@@ -86,18 +86,20 @@ def run_epoch(loader, model: nn.Module, loss_fn, opt=None, *, create_graph: bool
         if check_finite:
             recent.append((i, part))
         if i % every == 0 and (bar is not None or check_finite):
-            _host_read(total, count, recent, bar, check_finite)
+            _host_read(logits.device, total, count, recent, bar, check_finite)
         if bar is not None:
             bar.update(1)
     if count == 0:
         raise ValueError(f"run_epoch: the loader {loader!r} yielded no batches")
-    _host_read(total, count, recent, None, check_finite)
-    return int(errors) / count, float(total) / count
+    device = logits.device
+    _host_read(device, total, count, recent, None, check_finite)
+    return int(device.to_numpy(errors)) / count, float(device.to_numpy(total)) / count
 
 
-def _host_read(total, count: int, recent: list, bar, check_finite: bool) -> None:
-    """The periodic host read: bar postfix, then (optionally) the nan/inf check."""
-    mean = float(total) / count
+def _host_read(device, total, count: int, recent: list, bar, check_finite: bool) -> None:
+    """The periodic host read (through the device, which also raises its deferred checks):
+    bar postfix, then (optionally) the nan/inf check."""
+    mean = float(device.to_numpy(total)) / count
     if bar is not None:
         bar.set_postfix(loss=f"{mean:.4f}")
     if check_finite and not math.isfinite(mean):

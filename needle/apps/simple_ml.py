@@ -6,13 +6,12 @@ Absolute imports only, so `from simple_ml import *` works with this folder on sy
 from __future__ import annotations
 
 import contextlib
-import math
 
 import numpy as np
 
 import needle as ndl
 import needle.nn as nn
-from needle.apps.mlp_resnet import NonFiniteLoss, run_epoch
+from needle.apps.mlp_resnet import _host_read, run_epoch
 from needle.data.mnist import parse_mnist
 from needle.data.ptb import get_batch
 
@@ -131,19 +130,21 @@ def _detach(h):
 
 def run_lm_epoch(data: np.ndarray, model: nn.Module, loss_fn, opt=None, seq_len: int = 40,
                  clip: float | None = None, device: ndl.Device | None = None,
-                 dtype: str = "float32", bar=None) -> tuple[float, float]:
+                 dtype: str = "float32", bar=None, every: int = 10) -> tuple[float, float]:
     """One pass of a language model over batchified `data` (nbatch, bs): (accuracy, loss).
 
     Windows of `seq_len` from `range(0, nbatch - 1, seq_len)`; the hidden state is carried
     from window to window, detached each time; training when `opt` is given, with gradients
     clipped to a global norm of `clip`; the loss is averaged over the predicted tokens.
-    A nan or inf loss raises NonFiniteLoss naming the window (from 1).
+    The counts and the token-weighted loss sum stay on the device (the sum in float64, equal
+    to a host sum of the float32 window losses); the host reads them every `every` windows
+    and at the end, and a nan or inf loss then raises NonFiniteLoss naming the window (from 1).
     """
     params = model.parameters()
     if device is None:
         device = params[0].device if params else ndl.default_device()
     xp = device.xp
-    h, correct, total, count = None, 0, 0.0, 0
+    h, correct, total, count, recent = None, None, None, 0, []
     for window, i in enumerate(range(0, data.shape[0] - 1, seq_len), start=1):
         X, y = get_batch(data, i, seq_len, device=device, dtype=dtype)
         with contextlib.nullcontext() if opt is not None else ndl.no_grad():
@@ -156,20 +157,23 @@ def run_lm_epoch(data: np.ndarray, model: nn.Module, loss_fn, opt=None, seq_len:
             if clip:
                 nn.utils.clip_grad_norm_(params, clip)
             opt.step()
-        value, n = float(loss.numpy()), y.shape[0]
-        if not math.isfinite(value):
-            raise NonFiniteLoss(window, value)
-        correct += int(xp.sum(xp.astype(xp.argmax(logits.cached_data, axis=1)
-                                        == xp.astype(y.cached_data, xp.int64), xp.int64)))
-        total += value * n
+        n = y.shape[0]
+        right = xp.sum(xp.astype(xp.argmax(logits.cached_data, axis=1)
+                                 == xp.astype(y.cached_data, xp.int64), xp.int64))
+        part = xp.astype(loss.cached_data, xp.float64) * n
+        correct = right if correct is None else correct + right
+        total = part if total is None else total + part
         count += n
+        recent.append((window, part))
+        if window % every == 0:
+            _host_read(device, total, count, recent, bar, True)
         if bar is not None:
             bar.update(1)
-            bar.set_postfix(loss=f"{total / count:.4f}")
     if count == 0:
         raise ValueError(f"run_lm_epoch: data of shape {data.shape} holds no window of "
                          f"seq_len {seq_len}")
-    return correct / count, total / count
+    _host_read(device, total, count, recent, None, True)
+    return int(device.to_numpy(correct)) / count, float(device.to_numpy(total)) / count
 
 
 def epoch_general_ptb(data: np.ndarray, model: nn.Module, seq_len: int = 40,

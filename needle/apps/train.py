@@ -213,7 +213,7 @@ def setup(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Run:
         try:
             run.model.load_state_dict(stored["model"])
             run.opt.load_state_dict(stored["optimizer"])
-            _set_rng_state(stored["rng"])
+            _set_rng_state(stored["rng"], device)
         except (ValueError, TypeError, KeyError) as e:
             parser.error(f"--resume: {args.resume} does not fit this model: {e}")
         run.start, run.seconds, run.saved = start, stored["seconds"], (args.resume, start)
@@ -240,8 +240,9 @@ def _shard(parser: argparse.ArgumentParser, cfg: dict[str, Any], train: DataLoad
 
 def _model(cfg: dict[str, Any], device: Device,
            vocab: int | None = None) -> tuple[ndl.nn.Module, ndl.optim.Optimizer]:
-    """A fresh model (weights drawn after seeding numpy) and its optimizer."""
-    np.random.seed(cfg["seed"])
+    """A fresh model (weights drawn after seeding numpy and every device's generator) and its
+    optimizer."""
+    ndl.manual_seed(cfg["seed"])
     if cfg["model"] in LANGUAGE_MODELS:
         h = cfg["hidden_dim"]
         model = LanguageModel(h, vocab, h, seq_model=cfg["model"], seq_len=LM_SEQ_LEN,
@@ -403,16 +404,23 @@ def _ptb(parser: argparse.ArgumentParser,
         parser.error(f"{where}: {e}")
 
 
-def _rng_state() -> dict:
+def _rng_state(device: ndl.Device) -> dict:
+    """numpy's global state and, where it has its own, the device's training generator's."""
     kind, keys, pos, has_gauss, cached = np.random.get_state()
-    return {"keys": keys, "pos": int(pos), "has_gauss": int(has_gauss),
-            "cached_gaussian": float(cached)}
+    state = {"keys": keys, "pos": int(pos), "has_gauss": int(has_gauss),
+             "cached_gaussian": float(cached)}
+    device_state = device.rng_state()
+    if device_state is not None:
+        state["device"] = device_state
+    return state
 
 
-def _set_rng_state(state: dict) -> None:
+def _set_rng_state(state: dict, device: ndl.Device) -> None:
     np.random.set_state(("MT19937", np.asarray(state["keys"], dtype=np.uint32),
                          int(state["pos"]), int(state["has_gauss"]),
                          float(state["cached_gaussian"])))
+    if "device" in state:
+        device.set_rng_state(state["device"])
 
 
 class TrainingStopped(RuntimeError):
@@ -533,7 +541,7 @@ def _save(run: Run, epoch: int, seconds: float) -> None:
         return
     try:
         ndl.save({"model": run.model.state_dict(), "optimizer": run.opt.state_dict(),
-                  "epoch": epoch, "rng": _rng_state(), "config": run.config,
+                  "epoch": epoch, "rng": _rng_state(run.device), "config": run.config,
                   "seconds": seconds}, run.checkpoint)
     except OSError as e:
         raise TrainingStopped(f"cannot write the checkpoint {run.checkpoint} after epoch "

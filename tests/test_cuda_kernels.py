@@ -1,0 +1,46 @@
+"""cupy kernels of the cuda device against their numpy references (backends/kernels.py).
+
+The references run everywhere; the comparisons need cupy and a GPU and are skipped, with the
+reason, elsewhere.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import needle as ndl
+from needle.backends.kernels import splitmix_uniform
+
+
+@pytest.fixture
+def gpu():
+    dev = ndl.cuda()
+    if not dev.enabled():
+        pytest.skip(dev.unavailable_reason())
+    return dev
+
+
+def test_splitmix_uniform_reference_is_uniform_and_counter_based():
+    u = splitmix_uniform(np, 7, 0, (200_000,))
+    assert u.dtype == np.float32 and 0 <= u.min() and u.max() < 1
+    assert abs(u.mean() - 0.5) < 0.005 and abs(u.var() - 1 / 12) < 0.002
+    assert abs(np.corrcoef(u[:-1], u[1:])[0, 1]) < 0.01
+    # draw i depends only on (seed, offset + i): a later offset continues the same stream
+    np.testing.assert_array_equal(splitmix_uniform(np, 7, 1000, (2, 5)), u[1000:1010].reshape(2, 5))
+    assert not np.array_equal(splitmix_uniform(np, 8, 0, (10,)), u[:10])
+    # uint64 wrap-around of the seed and the counter is part of the definition
+    assert splitmix_uniform(np, 2**64 - 1, 2**64 - 3, (6,)).shape == (6,)
+
+
+def test_cuda_random_is_the_reference_bit_for_bit(gpu):
+    gpu.manual_seed(11)
+    first, second = gpu.random((3, 4)), gpu.random((5,))
+    reference = splitmix_uniform(np, 11, 0, (17,))
+    np.testing.assert_array_equal(gpu.to_numpy(first).reshape(-1), reference[:12])
+    np.testing.assert_array_equal(gpu.to_numpy(second), reference[12:])
+    state = gpu.rng_state()
+    assert list(state) == [11, 17]
+    after = gpu.to_numpy(gpu.random((4,)))
+    gpu.set_rng_state(state)
+    np.testing.assert_array_equal(gpu.to_numpy(gpu.random((4,))), after)
