@@ -116,13 +116,15 @@ class JaxDevice(Device):
 
     def rng_state(self) -> np.ndarray:
         """The current key's data (uint32)."""
-        return np.array(self._jax.random.key_data(self.generator()[0]))
+        key = self.generator()[0]
+        return np.array(self._jax.random.key_data(key))
 
     def set_rng_state(self, state: np.ndarray) -> None:
         """Restore a state `rng_state` gave."""
+        holder = self.generator()
         jax = self._jax
         key = jax.random.wrap_key_data(jax.numpy.asarray(np.asarray(state, dtype=np.uint32)))
-        self.generator()[0] = jax.device_put(key, self._native)
+        holder[0] = jax.device_put(key, self._native)
 
     def random(self, shape: tuple[int, ...]) -> Any:
         """float32 uniform draws made on this jax device from its key (split at each draw)."""
