@@ -7,7 +7,14 @@ from typing import Any
 import numpy as np
 
 from .device import Device
-from .kernels import SPLITMIX_UNIFORM_CUDA, scatter_add_rows, strided_im2col
+from .kernels import (
+    ADAM_CUDA,
+    SGD_CUDA,
+    SGD_MOMENTUM_CUDA,
+    SPLITMIX_UNIFORM_CUDA,
+    scatter_add_rows,
+    strided_im2col,
+)
 
 INSTALL_HINT = "install the GPU extra with `pip install needle[cuda]` (cupy-cuda12x)"
 
@@ -70,6 +77,35 @@ class CUDADevice(Device):
         generator[1] = (generator[1] + out.size) % 2**64
         return out
 
+    # ----- optimizer updates: one kernel per parameter group, in place ---------------------
+    in_place_updates = True
+
+    def adam_step(self, param, grad, m, v, *, lr_t: float, beta1: float, beta2: float,
+                  eps_t: float, weight_decay: float) -> bool:
+        """Adam's update of `param`, `m` and `v` in one kernel (kernels.ADAM_CUDA)."""
+        if not _updatable(param, m, v) or not grad.flags.c_contiguous:
+            return False
+        t = param.dtype.type
+        with self._native:
+            _kernels(self._cupy)["adam"](
+                grad, t(lr_t), t(beta1), t(1 - beta1), t(beta2), t(1 - beta2), t(eps_t),
+                t(weight_decay), param, m, v)
+        return True
+
+    def sgd_step(self, param, grad, u, *, lr: float, momentum: float,
+                 weight_decay: float) -> bool:
+        """SGD's update of `param` (and momentum `u`) in one kernel (kernels.SGD_CUDA)."""
+        if not _updatable(param, u) or not grad.flags.c_contiguous:
+            return False
+        t = param.dtype.type
+        with self._native:
+            if u is None:
+                _kernels(self._cupy)["sgd"](grad, t(lr), t(weight_decay), param)
+            else:
+                _kernels(self._cupy)["sgd_momentum"](grad, t(lr), t(momentum), t(1 - momentum),
+                                                     t(weight_decay), param, u)
+        return True
+
     def owns(self, array: Any) -> bool:
         """cupy arrays on this GPU live here."""
         if not type(array).__module__.startswith("cupy"):
@@ -103,10 +139,24 @@ def _kernels(cp: Any) -> dict[str, Any]:
     """needle's own cupy kernels, compiled on first use (each has a numpy reference in
     kernels.py that the tests compare it with)."""
     if not _KERNELS:
+        exact = ("--fmad=false",)  # no contracted multiply-adds: the portable rule's roundings
         _KERNELS["uniform"] = cp.ElementwiseKernel(
             "uint64 seed, uint64 offset", "float32 u", SPLITMIX_UNIFORM_CUDA,
             "needle_splitmix_uniform")
+        _KERNELS["adam"] = cp.ElementwiseKernel(
+            "T grad, T lr_t, T b1, T omb1, T b2, T omb2, T eps_t, T wd", "T param, T m, T v",
+            ADAM_CUDA, "needle_adam", options=exact)
+        _KERNELS["sgd"] = cp.ElementwiseKernel(
+            "T grad, T lr, T wd", "T param", SGD_CUDA, "needle_sgd", options=exact)
+        _KERNELS["sgd_momentum"] = cp.ElementwiseKernel(
+            "T grad, T lr, T momentum, T omm, T wd", "T param, T u", SGD_MOMENTUM_CUDA,
+            "needle_sgd_momentum", options=exact)
     return _KERNELS
+
+
+def _updatable(*arrays: Any) -> bool:
+    """Whether every array (None: absent) is C-contiguous, so a kernel updates it in place."""
+    return all(a is None or a.flags.c_contiguous for a in arrays)
 
 
 def _probe(index: int) -> str:

@@ -177,3 +177,37 @@ def splitmix_uniform(np: Any, seed: int, offset: int, shape: tuple[int, ...]) ->
     z = (z ^ (z >> u64(27))) * u64(MIX2)
     z ^= z >> u64(31)
     return ((z >> u64(40)).astype(np.float32) * np.float32(2.0**-24)).reshape(shape)
+
+
+# ----- CUDA C of the in-place updates for cupy's ElementwiseKernel ------------------------
+# The same products and sums, in the same order, as the portable rules (optim/adam.py,
+# optim/sgd.py) and adam_in_place / sgd_in_place above; compiled with --fmad=false so no
+# multiply-add is contracted into one rounding, which keeps them equal to the bit.
+ADAM_CUDA = """
+T g = grad;
+if (wd != 0) { g = param * wd; g = g + grad; }
+T mm = g * omb1;
+mm = mm + m * b1;
+T sq = g * g;
+sq = sq * omb2;
+sq = sq + v * b2;
+T denom = sqrt(sq) + eps_t;
+T update = mm * lr_t;
+update = update / denom;
+param = param - update;
+m = mm;
+v = sq;
+"""
+SGD_CUDA = """
+T g = grad;
+if (wd != 0) { T d = param * wd; g = grad + d; }
+param = param - g * lr;
+"""
+SGD_MOMENTUM_CUDA = """
+T g = grad;
+if (wd != 0) { T d = param * wd; g = grad + d; }
+T uu = u * momentum;
+uu = uu + g * omm;
+u = uu;
+param = param - uu * lr;
+"""

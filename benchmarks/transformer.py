@@ -74,7 +74,7 @@ def torch_transformer(embedding_size: int, hidden_size: int, num_layers: int, nu
 
         def forward(self, x, h=None):
             t = x.shape[0]
-            x = x.transpose(0, 1) + self.positions(torch.arange(t))
+            x = x.transpose(0, 1) + self.positions(torch.arange(t, device=x.device))
             return self.layers(x).transpose(0, 1), None
 
     return Model()

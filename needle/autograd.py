@@ -306,6 +306,10 @@ class Tensor(Value):
         """The value of a one-element tensor as a Python number."""
         return self.numpy().item()
 
+    def __float__(self) -> float:
+        """`float(t)` of a one-element tensor (a read to the host, as in PyTorch)."""
+        return float(self.item())
+
     def __len__(self) -> int:
         shape = self.shape
         if not shape:

@@ -287,7 +287,7 @@ def test_flat_cache_is_explicit_per_group_and_never_stale(device):
         np.testing.assert_allclose(p.numpy(), ref, rtol=1e-12, atol=1e-14)
 
 
-# ----- the cpu device's in-place kernels -----------------------------------------------------
+# ----- the devices' in-place kernels (cpu, cuda) --------------------------------------
 IN_PLACE_RULES = {
     "sgd": lambda ps: optim.SGD(ps, lr=0.1),
     "sgd-momentum-wd": lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.01),
@@ -301,12 +301,16 @@ CHUNKED = [(3, 2), (300, 500), (4,), (5,)]
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("rule", IN_PLACE_RULES)
-def test_in_place_kernels_give_the_portable_rules_numbers_to_the_bit(rule, dtype, monkeypatch):
+def test_in_place_kernels_give_the_portable_rules_numbers_to_the_bit(rule, dtype, device,
+                                                                    monkeypatch):
+    # the cpu's chunked numpy kernels and cuda's one-kernel updates (compiled without
+    # contracted multiply-adds) against the portable rule on the same device
     from needle.backends.kernels import CHUNK
 
-    assert 2 * CHUNK < 300 * 500 < 3 * CHUNK  # whole chunks and a partial one
-    cpu = ndl.cpu()
-    assert cpu.in_place_updates
+    assert 2 * CHUNK < 300 * 500 < 3 * CHUNK  # whole chunks and a partial one (cpu)
+    if not device.in_place_updates:
+        pytest.skip(f"{device} updates with the portable rule only")
+    cpu = device
     results = []
     for in_place in (True, False):
         monkeypatch.setattr(type(cpu), "in_place_updates", in_place)
@@ -321,8 +325,10 @@ def test_in_place_kernels_give_the_portable_rules_numbers_to_the_bit(rule, dtype
 
 
 @pytest.mark.parametrize("rule", IN_PLACE_RULES)
-def test_in_place_updates_touch_only_the_optimizers_own_arrays(rule):
-    cpu = ndl.cpu()
+def test_in_place_updates_touch_only_the_optimizers_own_arrays(rule, device):
+    if not device.in_place_updates:
+        pytest.skip(f"{device} updates with the portable rule only")
+    cpu = device
     params = params_on(cpu, shapes=CHUNKED)
     # the parameters share their arrays with other tensors, as after `p.data = other`
     others = [ndl.Tensor(p.numpy(), device=cpu) for p in params]

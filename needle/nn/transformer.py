@@ -40,7 +40,8 @@ class MultiHeadAttention(Module):
     def create_causal_mask(self, i: int, j: int, device: Device, dtype) -> Tensor:
         """(1, 1, i, j): -float32 max above the diagonal (key after query), 0 on and below."""
         xp = device.xp
-        later = xp.arange(j)[None, :] > xp.arange(i)[:, None]  # triu(ones(i, j), k=1)
+        at = device.native
+        later = xp.arange(j, device=at)[None, :] > xp.arange(i, device=at)[:, None]  # triu, k=1
         mask = xp.astype(later, dtype) * _NEG_MAX
         return Tensor.make_const(xp.reshape(mask, (1, 1, i, j)), device=device)
 
@@ -200,7 +201,7 @@ class Transformer(Module):
         if T > self.sequence_len:
             raise ValueError(f"Transformer: the sequence length {T} exceeds sequence_len="
                              f"{self.sequence_len}")
-        positions = x.device.xp.arange(T)
+        positions = x.device.xp.arange(T, device=x.device.native)  # made on the device
         x = x + self.pos_embedding(positions)  # (T, E) broadcast over the batch
         x = self.layers(x)
         if not self.batch_first:

@@ -14,32 +14,49 @@ def _norm(xp, array, p: float):
 
 
 def clip_grad_norm_(parameters: Tensor | Iterable[Tensor], max_norm: float,
-                    norm_type: float = 2.0) -> float:
-    """Scale every `.grad` by max_norm / (total_norm + 1e-6) when that is below 1.
+                    norm_type: float = 2.0) -> Tensor:
+    """Scale every `.grad` by min(1, max_norm / (total_norm + 1e-6)); returns total_norm.
 
     total_norm is the `norm_type`-norm of all the gradients together (parameters whose grad is
-    None are skipped), returned as a float, measured before clipping, as PyTorch does. Each
-    clipped grad is replaced by a new constant tensor (a grad may be shared between parameters
-    or belong to a recorded graph, so it is never changed in place).
+    None are skipped), measured before clipping, returned as a 0-d Tensor (float64 where the
+    device has it; `float()` reads it), as PyTorch does. Nothing is read to the host: the
+    factor is computed and applied on the device, so every grad is multiplied (by exactly 1.0
+    when the norm is below `max_norm`). Each grad is replaced by a new constant tensor (a grad
+    may be shared between parameters or belong to a recorded graph, so it is never changed in
+    place). Gradients on several devices are combined through the host.
     """
     if isinstance(parameters, Tensor):
         parameters = [parameters]
     params = [p for p in parameters if p.grad is not None]
     max_norm, p = float(max_norm), float(norm_type)
     if not params:
-        return 0.0
-    by_device: dict = {}  # one stacked reduction and one read-back per device
+        return Tensor(0.0, dtype="float32", requires_grad=False)
+    by_device: dict = {}  # one stacked reduction per device
     for param in params:
         grad = param.grad
         xp = grad.device.xp
         norm = _norm(xp, grad.realize_cached_data(), p)
         by_device.setdefault(grad.device, []).append(xp.astype(norm, xp.float64))
-    norms = [float(_norm(d.xp, d.xp.stack(ns), p)) for d, ns in by_device.items()]
-    total = max(norms) if math.isinf(p) else math.fsum(n ** p for n in norms) ** (1.0 / p)
-    coef = max_norm / (total + 1e-6)
-    if coef < 1.0:
-        for param in params:
-            grad = param.grad
-            param.grad = Tensor.make_const(grad.realize_cached_data() * coef,
-                                           device=grad.device)
-    return total
+    totals = {d: _norm(d.xp, d.xp.stack(ns), p) for d, ns in by_device.items()}
+    if len(totals) > 1:  # across devices: the per-device norms meet on the host
+        norms = [float(d.to_numpy(t)) for d, t in totals.items()]
+        total_norm = max(norms) if math.isinf(p) else math.fsum(n ** p for n in norms) ** (1 / p)
+        first = params[0].grad.device
+        totals = {d: d.xp.asarray(total_norm, dtype=d.xp.float64, device=d.native)
+                  for d in totals}
+    else:
+        first = next(iter(totals))
+    factors = {}
+    for d, total in totals.items():
+        coef = max_norm / (total + 1e-6)
+        factors[d] = d.xp.where(coef < 1.0, coef, d.xp.ones_like(coef))
+    scaled: dict[int, Tensor] = {}  # a grad shared by parameters is scaled once
+    for param in params:
+        grad = param.grad
+        new = scaled.get(id(grad))
+        if new is None:
+            data = grad.realize_cached_data()
+            factor = grad.device.xp.astype(factors[grad.device], data.dtype)
+            new = scaled[id(grad)] = Tensor.make_const(data * factor, device=grad.device)
+        param.grad = new
+    return Tensor.make_const(totals[first], device=first)

@@ -77,6 +77,8 @@ def index_tensor(indices: Any, n: int, who: str, device=None) -> Tensor:
     a constant int64 Tensor, checked to lie in [0, n): ValueError naming `who` and the value."""
     if isinstance(indices, Tensor):
         device, data = indices.device, indices.realize_cached_data()
+    elif device.owns(indices):  # an array made on the device (positions): no copy
+        data = indices
     else:
         data = device.asarray(indices)
     data = as_index_array(device.xp, data, n, who, device=device)

@@ -1,0 +1,323 @@
+"""Training steps on one GPU: needle `cuda` (cupy), needle `torch:cuda` and PyTorch CUDA eager.
+
+The steps of the GPU issue's table, each framework on the same card in this one process:
+MLPResNet (784 -> hidden, 3 blocks, Dropout 0.1, Adam) at hidden 1024 / batch 100 and hidden
+4096 / batch 1024; the course's ResNet9 (SGD) at batch 128 and 1024; the course's Transformer
+(E 64, hidden 128, 2 layers, 4 heads of 16, T 64, Adam; mean-square loss) at batch 16 and 256;
+and one epoch of the LSTM language model on the built-in Penn Treebank split (needle-train's
+recipe: hidden 100, SGD lr 4, clip 0.25, batch 20, windows of 40), also on needle's cpu.
+Every step is closed by a device synchronisation; the figure is the median of `--steps`
+timed steps after `--warmup` untimed ones. Ratios are to PyTorch on the same GPU.
+
+    python benchmarks/gpu.py [--steps 20] [--only mlp_h1024_b100,lstm_epoch] [--no-cpu-epoch]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the other benchmarks' models
+
+import needle as ndl  # noqa: E402
+
+E, HIDDEN, LAYERS, HEADS, DIM_HEAD, T = 64, 128, 2, 4, 16, 64
+STEPS = {  # name -> (kind, size, batch)
+    "mlp_h1024_b100": ("mlp", 1024, 100),
+    "mlp_h4096_b1024": ("mlp", 4096, 1024),
+    "resnet9_b128": ("resnet9", None, 128),
+    "resnet9_b1024": ("resnet9", None, 1024),
+    "transformer_b16": ("transformer", None, 16),
+    "transformer_b256": ("transformer", None, 256),
+}
+FRAMEWORKS = ("needle cuda", "needle torch:cuda", "pytorch cuda")
+
+
+# ----- synchronisation -------------------------------------------------------------------------
+def sync_of(framework: str) -> Callable[[], None]:
+    """A function that waits for the framework's GPU work."""
+    if framework == "needle cuda":
+        import cupy
+
+        return cupy.cuda.Device().synchronize
+    import torch
+
+    return torch.cuda.synchronize
+
+
+# ----- needle steps ----------------------------------------------------------------------------
+def needle_device(framework: str) -> ndl.Device:
+    return ndl.cuda() if framework == "needle cuda" else ndl.torch("cuda")
+
+
+def needle_step(kind: str, size: int | None, batch: int, device: ndl.Device) -> Callable:
+    rng = np.random.default_rng(0)
+    ndl.manual_seed(0)
+    if kind == "mlp":
+        from needle.apps.mlp_resnet import MLPResNet
+
+        model = MLPResNet(784, size, device=device)
+        opt = ndl.optim.Adam(model.parameters(), lr=0.001, weight_decay=0.001)
+        X = ndl.Tensor(rng.random((batch, 784), dtype=np.float32), device=device)
+        y = ndl.Tensor(rng.integers(0, 10, batch), device=device)
+        loss_of = lambda: ndl.nn.SoftmaxLoss()(model(X), y)  # noqa: E731
+    elif kind == "resnet9":
+        from needle.apps.models import ResNet9
+
+        model = ResNet9(device=device)
+        opt = ndl.optim.SGD(model.parameters(), lr=0.01)
+        X = ndl.Tensor(rng.random((batch, 3, 32, 32), dtype=np.float32), device=device)
+        y = ndl.Tensor(rng.integers(0, 10, batch), device=device)
+        loss_of = lambda: ndl.nn.SoftmaxLoss()(model(X), y)  # noqa: E731
+    else:
+        model = ndl.nn.Transformer(E, HIDDEN, LAYERS, num_head=HEADS, dim_head=DIM_HEAD,
+                                   device=device)
+        opt = ndl.optim.Adam(model.parameters(), lr=1e-3)
+        X = ndl.Tensor(rng.standard_normal((T, batch, E)).astype(np.float32), device=device)
+
+        def loss_of():
+            out, _ = model(X)
+            return (out * out).sum() / math.prod(out.shape)
+    X.requires_grad = False
+    model.train()
+
+    def step():
+        opt.reset_grad()
+        loss_of().backward(create_graph=False)
+        opt.step()
+    return step
+
+
+# ----- PyTorch steps ---------------------------------------------------------------------------
+def torch_models(kind: str, size: int | None):
+    import torch
+    from torch import nn
+
+    class Residual(nn.Module):
+        def __init__(self, fn):
+            super().__init__()
+            self.fn = fn
+
+        def forward(self, x):
+            return self.fn(x) + x
+
+    if kind == "mlp":
+        def block(dim, h):
+            return nn.Sequential(
+                Residual(nn.Sequential(nn.Linear(dim, h), nn.BatchNorm1d(h), nn.ReLU(),
+                                       nn.Dropout(0.1), nn.Linear(h, dim), nn.BatchNorm1d(dim))),
+                nn.ReLU())
+        return nn.Sequential(nn.Linear(784, size), nn.ReLU(),
+                             *[block(size, size // 2) for _ in range(3)], nn.Linear(size, 10))
+    if kind == "resnet9":
+        def conv_bn(a, b, k, s):
+            return nn.Sequential(nn.Conv2d(a, b, k, s, k // 2), nn.BatchNorm2d(b), nn.ReLU())
+        return nn.Sequential(
+            conv_bn(3, 16, 7, 4), conv_bn(16, 32, 3, 2),
+            Residual(nn.Sequential(conv_bn(32, 32, 3, 1), conv_bn(32, 32, 3, 1))),
+            conv_bn(32, 64, 3, 2), conv_bn(64, 128, 3, 2),
+            Residual(nn.Sequential(conv_bn(128, 128, 3, 1), conv_bn(128, 128, 3, 1))),
+            nn.Flatten(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 10))
+    from transformer import torch_transformer
+
+    del torch
+    return torch_transformer(E, HIDDEN, LAYERS, HEADS, DIM_HEAD, 2048)
+
+
+def torch_step(kind: str, size: int | None, batch: int) -> Callable:
+    import torch
+
+    torch.manual_seed(0)
+    dev = torch.device("cuda")
+    model = torch_models(kind, size).to(dev)
+    gen = torch.Generator(device=dev).manual_seed(0)
+    if kind == "transformer":
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        X = torch.randn(T, batch, E, device=dev, generator=gen)
+
+        def loss_of():
+            out, _ = model(X)
+            return (out * out).mean()
+    else:
+        shape = (batch, 784) if kind == "mlp" else (batch, 3, 32, 32)
+        X = torch.rand(shape, device=dev, generator=gen)
+        y = torch.randint(0, 10, (batch,), device=dev, generator=gen)
+        opt = (torch.optim.Adam(model.parameters(), lr=0.001, weight_decay=0.001)
+               if kind == "mlp" else torch.optim.SGD(model.parameters(), lr=0.01))
+        loss_of = lambda: torch.nn.functional.cross_entropy(model(X), y)  # noqa: E731
+    model.train()
+
+    def step():
+        opt.zero_grad()
+        loss_of().backward()
+        opt.step()
+    return step
+
+
+# ----- the LSTM language model's epoch ---------------------------------------------------------
+def lm_data():
+    from needle.data.ptb import batchify, builtin_ptb_corpus
+
+    corpus = builtin_ptb_corpus()
+    return batchify(corpus.train, 20), len(corpus.dictionary)
+
+
+def needle_lm_epoch(device: ndl.Device, data: np.ndarray, vocab: int, sync) -> float:
+    from needle.apps.models import LanguageModel
+    from needle.apps.simple_ml import run_lm_epoch
+
+    ndl.manual_seed(0)
+    model = LanguageModel(100, vocab, 100, seq_model="lstm", seq_len=40, device=device)
+    opt = ndl.optim.SGD(model.parameters(), lr=4.0)
+    model.train()
+    run_lm_epoch(data[:81], model, ndl.nn.SoftmaxLoss(), opt, 40, 0.25, device=device)  # warm
+    sync()
+    start = time.perf_counter()
+    run_lm_epoch(data, model, ndl.nn.SoftmaxLoss(), opt, 40, 0.25, device=device)
+    sync()
+    return time.perf_counter() - start
+
+
+def torch_lm_epoch(data: np.ndarray, vocab: int) -> float:
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    dev = torch.device("cuda")
+
+    class LM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embedding = nn.Embedding(vocab, 100)
+            self.seq = nn.LSTM(100, 100)
+            self.linear = nn.Linear(100, vocab)
+
+        def forward(self, x, state=None):
+            out, state = self.seq(self.embedding(x), state)
+            return self.linear(out.reshape(-1, 100)), state
+
+    model = LM().to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=4.0)
+    tokens = torch.from_numpy(data.astype(np.int64)).to(dev)
+
+    def epoch(n_rows):
+        state, total = None, torch.zeros((), device=dev)
+        for i in range(0, n_rows - 1, 40):
+            n = min(40, n_rows - 1 - i)
+            X, y = tokens[i:i + n], tokens[i + 1:i + 1 + n].reshape(-1)
+            logits, state = model(X, state)
+            state = tuple(s.detach() for s in state)
+            loss = nn.functional.cross_entropy(logits, y)
+            opt.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), 0.25)
+            opt.step()
+            total += loss.detach() * y.numel()
+        return float(total)
+    epoch(81)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    epoch(data.shape[0])
+    torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+# ----- driver ----------------------------------------------------------------------------------
+def median_ms(step: Callable, sync: Callable, steps: int, warmup: int) -> float:
+    for _ in range(warmup):
+        step()
+    sync()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        sync()
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+def available() -> dict[str, str]:
+    """framework -> why it cannot run here ("" when it can)."""
+    reasons = {"needle cuda": ndl.cuda().unavailable_reason(),
+               "needle torch:cuda": ndl.torch("cuda").unavailable_reason()}
+    reasons["pytorch cuda"] = reasons["needle torch:cuda"]
+    return reasons
+
+
+def run_one(name: str, framework: str, steps: int, warmup: int) -> float:
+    kind, size, batch = STEPS[name]
+    if framework == "pytorch cuda":
+        step = torch_step(kind, size, batch)
+    else:
+        step = needle_step(kind, size, batch, needle_device(framework))
+    return median_ms(step, sync_of(framework), steps, warmup)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--only", default="", help="comma-separated rows (of "
+                   f"{', '.join(STEPS)}, lstm_epoch)")
+    p.add_argument("--no-cpu-epoch", action="store_true",
+                   help="skip the LSTM epoch on needle's cpu (the 3x target's reference)")
+    args = p.parse_args()
+    reasons = available()
+    if reasons["pytorch cuda"] and reasons["needle cuda"]:
+        print(f"benchmarks/gpu.py: no GPU here: {reasons['needle cuda']}")
+        return
+    only = [n for n in args.only.split(",") if n] or [*STEPS, "lstm_epoch"]
+    print(f"median of {args.steps} steps after {args.warmup}, each closed by a sync; ratio to "
+          "PyTorch CUDA eager on the same GPU")
+    print(f"{'step':20s}" + "".join(f"{f:>26s}" for f in FRAMEWORKS))
+    for name in only:
+        if name == "lstm_epoch":
+            continue
+        row: dict[str, Any] = {}
+        for framework in FRAMEWORKS:
+            if reasons[framework]:
+                row[framework] = None
+                continue
+            try:
+                row[framework] = run_one(name, framework, args.steps, args.warmup)
+            except Exception as e:  # a failure is a row entry, not the end of the table
+                print(f"  {name} on {framework}: {type(e).__name__}: {e}", flush=True)
+                row[framework] = None
+        base = row.get("pytorch cuda")
+        cells = []
+        for framework in FRAMEWORKS:
+            ms = row[framework]
+            ratio = f" ({ms / base:4.1f}x)" if ms is not None and base else ""
+            cells.append("n/a" if ms is None else f"{ms:8.2f} ms{ratio}")
+        print(f"{name:20s}" + "".join(f"{c:>26s}" for c in cells), flush=True)
+    if "lstm_epoch" in only:
+        data, vocab = lm_data()
+        epochs = {}
+        for framework in FRAMEWORKS:
+            if reasons[framework]:
+                continue
+            try:
+                if framework == "pytorch cuda":
+                    epochs[framework] = torch_lm_epoch(data, vocab)
+                else:
+                    epochs[framework] = needle_lm_epoch(needle_device(framework), data, vocab,
+                                                        sync_of(framework))
+            except Exception as e:
+                print(f"  lstm_epoch on {framework}: {type(e).__name__}: {e}", flush=True)
+        if not args.no_cpu_epoch:
+            epochs["needle cpu"] = needle_lm_epoch(ndl.cpu(), data, vocab, lambda: None)
+        cpu = epochs.get("needle cpu")
+        print("LSTM LM epoch (s): " + ", ".join(
+            f"{k} {v:.2f}" + (f" ({cpu / v:.1f}x faster than cpu)" if cpu and k != "needle cpu"
+                              else "") for k, v in epochs.items()), flush=True)
+
+
+if __name__ == "__main__":
+    main()
