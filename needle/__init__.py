@@ -27,6 +27,7 @@ from .backends import (
     torch,
 )
 from .serialization import load, save
+from .interop import from_dlpack
 from .init import ones, ones_like, zeros, zeros_like
 from .ops import *  # noqa: F403
 
@@ -38,7 +39,7 @@ __all__ = [
     "no_grad", "enable_grad", "set_grad_enabled",
     "Device", "all_devices", "cpu", "cpu_numpy", "cuda", "default_device", "strict", "torch",
     "jax",
-    "load", "save", "ones", "ones_like", "zeros", "zeros_like",
+    "load", "save", "from_dlpack", "ones", "ones_like", "zeros", "zeros_like",
 ]
 __all__ += ops.__all__
 
