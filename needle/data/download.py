@@ -29,6 +29,7 @@ import http.client
 import os
 import shutil
 import socket
+import sys
 import tarfile
 import tempfile
 import urllib.error
@@ -154,7 +155,8 @@ def fetch(url: str, dest: Path, *, md5: str | None = None, sha256: str | None = 
             total = int(length) if length and length.isdigit() else None
             received = 0
             with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024,
-                      desc=dest.name, disable=not progress, leave=False) as bar:
+                      desc=dest.name, disable=None if progress else True, leave=False,
+                      file=sys.stderr) as bar:  # None: shown on terminals only
                 while True:
                     try:
                         chunk = response.read(CHUNK)
