@@ -11,7 +11,7 @@ import numpy as np
 
 from .cpu import CPUDevice
 from .cuda import CUDADevice
-from .device import Device, host_array
+from .device import Device, describe_dlpack_device, dlpack_device_of, host_array
 from .jax_device import JaxDevice
 from .strict import STRICT_DEVICES, StrictDevice
 from .torch_device import TorchDevice
@@ -21,6 +21,7 @@ __all__ = [
     "cpu_numpy", "cuda", "strict", "torch", "jax",
     "get_device", "default_device", "all_devices", "namespace", "device_of", "host_array",
     "manual_seed",
+    "dlpack_home",
 ]
 
 _DEVICES: dict[tuple[type, int | str | None], Device] = {}
@@ -134,6 +135,22 @@ def device_of(array: Any) -> Device:
             if array.device == xs.Device(name):
                 return strict(index)
     raise TypeError(f"needle has no device for arrays of type {type(array).__name__}")
+
+
+def dlpack_home(obj: Any) -> Device:
+    """The device `from_dlpack(obj)` wraps `obj` on when none is named: a native array's own
+    (numpy: cpu, torch.Tensor: torch, ...), else cpu() for host memory and cuda(i) for GPU i."""
+    try:
+        return device_of(obj)
+    except (TypeError, AttributeError, ValueError):
+        pass
+    where = dlpack_device_of(obj)
+    if where[0] == 1:
+        return cpu()
+    if where[0] == 2:
+        return cuda(where[1])
+    raise ValueError(f"from_dlpack: needle has no default device for "
+                     f"{describe_dlpack_device(where)} memory; pass device=")
 
 
 def _jax_device_of(array: Any) -> Device:

@@ -19,7 +19,7 @@ import os
 import re
 import secrets
 import zipfile
-from typing import Any
+from typing import Any, BinaryIO, Callable
 
 import numpy as np
 
@@ -54,16 +54,26 @@ def write_archive(path: str | os.PathLike, arrays: dict[str, Any], manifest: byt
                             "a numeric, bool or string array")
         members[key] = array
     members[MANIFEST] = np.frombuffer(manifest, dtype=np.uint8)
+
+    def write(f: BinaryIO) -> None:
+        with zipfile.ZipFile(f, mode="w", compression=zipfile.ZIP_STORED,
+                             allowZip64=True) as zf:
+            for key, array in members.items():
+                with zf.open(key + ".npy", "w", force_zip64=True) as member:
+                    np.lib.format.write_array(member, array, allow_pickle=False)
+
+    write_atomically(path, write)
+
+
+def write_atomically(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> None:
+    """Call `write(f)` on a temporary file beside `path`, then rename it to `path`: readers
+    see the old file or the whole new one, and a failed write leaves the old file as it was."""
     path = os.fspath(path)
     directory, name = os.path.split(os.path.abspath(path))
     fd, tmp = _create_temporary(directory, name)
     try:
         with os.fdopen(fd, "wb") as f:
-            with zipfile.ZipFile(f, mode="w", compression=zipfile.ZIP_STORED,
-                                 allowZip64=True) as zf:
-                for key, array in members.items():
-                    with zf.open(key + ".npy", "w", force_zip64=True) as member:
-                        np.lib.format.write_array(member, array, allow_pickle=False)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
             os.replace(tmp, path)  # while still locked: no cleanup can take it first

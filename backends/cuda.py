@@ -106,6 +106,11 @@ class CUDADevice(Device):
                                                      t(weight_decay), param, u)
         return True
 
+    def _from_dlpack(self, obj: Any) -> Any:
+        """cupy's from_dlpack, with this GPU current."""
+        with self._native:
+            return self._cupy.from_dlpack(obj)
+
     def owns(self, array: Any) -> bool:
         """cupy arrays on this GPU live here."""
         if not type(array).__module__.startswith("cupy"):

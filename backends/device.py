@@ -13,6 +13,10 @@ DTYPE_NAMES = (
 )
 # numpy dtype kinds that tensors hold: bool, signed and unsigned int, float, complex
 NUMERIC_KINDS = "biufc"
+# DLPack's device types (DLDeviceType), for messages
+DLPACK_DEVICE_TYPES = {1: "CPU", 2: "CUDA", 3: "CUDA host", 4: "OpenCL", 7: "Vulkan",
+                       8: "Metal", 9: "VPI", 10: "ROCm", 11: "ROCm host", 13: "CUDA managed",
+                       14: "oneAPI"}
 
 
 class Device:
@@ -38,6 +42,7 @@ class Device:
         self._generator: Any = None  # the training generator, made on first draw
         self._pending: list = []  # deferred checks: (0-d bool array, message function)
         self._seed: int | None = Device.global_seed  # None: seed from numpy's state
+        self._dlpack_device: tuple[int, int] | None = None
 
     # ----- identity -------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -280,6 +285,43 @@ class Device:
             if flag:
                 raise ValueError(message())
 
+    # ----- DLPack: zero-copy exchange with other array libraries ----------------------------
+    @property
+    def dlpack_device(self) -> tuple[int, int]:
+        """(DLPack device type, index) of this device's memory: (1, 0) for host memory."""
+        if self._dlpack_device is None:
+            self._dlpack_device = dlpack_device_of(self.empty((1,)))
+        return self._dlpack_device
+
+    def to_dlpack(self, array: Any, **kwargs: Any) -> Any:
+        """`array.__dlpack__(**kwargs)`: a capsule sharing the array's memory."""
+        return array.__dlpack__(**kwargs)
+
+    def from_dlpack(self, obj: Any) -> Any:
+        """An array of this device sharing the memory of `obj` (anything with `__dlpack__`)
+        where its library can; ValueError when that memory is on another device."""
+        where = dlpack_device_of(obj)
+        if where != self.dlpack_device:
+            raise ValueError(
+                f"from_dlpack: the {type(obj).__name__} is in {describe_dlpack_device(where)} "
+                f"memory, {self} holds {describe_dlpack_device(self.dlpack_device)} memory; "
+                "name the device it is on, or move it there first")
+        try:
+            array = self._from_dlpack(obj)
+        except BufferError as e:
+            raise ValueError(f"from_dlpack: {self} cannot take this {type(obj).__name__} "
+                             f"({e})") from e
+        try:
+            self.dtype(array.dtype)
+        except TypeError:
+            raise TypeError(f"from_dlpack: dtype {array.dtype} is not supported on "
+                            f"{self}") from None
+        return array
+
+    def _from_dlpack(self, obj: Any) -> Any:
+        """The namespace's `from_dlpack` (called with the memory on this device)."""
+        return self.xp.from_dlpack(obj)
+
     # ----- conversion -----------------------------------------------------------------
     def owns(self, array: Any) -> bool:
         """True when `array` is a native array of this device's namespace on this device."""
@@ -324,6 +366,23 @@ def _shape(shape: tuple) -> tuple:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         return tuple(shape[0])
     return tuple(int(s) for s in shape)
+
+
+def dlpack_device_of(obj: Any) -> tuple[int, int]:
+    """`obj.__dlpack_device__()` as two ints; TypeError for objects without DLPack."""
+    if not (hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")):
+        raise TypeError(f"from_dlpack: a {type(obj).__name__} has no __dlpack__ and "
+                        "__dlpack_device__; expected an array of numpy, PyTorch, JAX, CuPy or "
+                        "another DLPack library, or a needle Tensor")
+    kind, index = obj.__dlpack_device__()
+    return int(kind), int(index)
+
+
+def describe_dlpack_device(where: tuple[int, int]) -> str:
+    """"CPU", "CUDA:0", ... for a (DLPack device type, index) pair."""
+    kind, index = where
+    name = DLPACK_DEVICE_TYPES.get(kind, f"DLPack device type {kind}")
+    return name if kind == 1 else f"{name}:{index}"
 
 
 def host_array(obj: Any) -> np.ndarray:

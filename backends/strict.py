@@ -42,6 +42,10 @@ class StrictDevice(Device):
         """strict dtypes do not compare equal to strings: report the numpy dtype of that name."""
         return self._public[native]
 
+    def _from_dlpack(self, obj: Any) -> Any:
+        """array-api-strict's from_dlpack, onto this strict device (all are host memory)."""
+        return self.xp.from_dlpack(obj, device=self.native)
+
     def owns(self, array: Any) -> bool:
         """array-api-strict arrays on this strict device live here."""
         return type(array).__module__.startswith("array_api_strict") and (

@@ -27,7 +27,8 @@ from .backends import (
     strict,
     torch,
 )
-from .serialization import load, save
+from .serialization import load, load_safetensors, save, save_safetensors
+from .interop import from_dlpack
 from .init import ones, ones_like, zeros, zeros_like
 from .ops import *  # noqa: F403
 
@@ -39,7 +40,8 @@ __all__ = [
     "no_grad", "enable_grad", "set_grad_enabled",
     "Device", "all_devices", "cpu", "cpu_numpy", "cuda", "default_device", "strict", "torch",
     "jax", "manual_seed",
-    "load", "save", "ones", "ones_like", "zeros", "zeros_like",
+    "load", "save", "load_safetensors", "save_safetensors", "from_dlpack",
+    "ones", "ones_like", "zeros", "zeros_like",
 ]
 __all__ += ops.__all__
 

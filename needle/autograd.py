@@ -322,6 +322,16 @@ class Tensor(Value):
             return self
         return Tensor(self, device=device, requires_grad=self.requires_grad)
 
+    # ----- DLPack: other libraries share this tensor's memory (the device does the work) ---
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        """A DLPack capsule of the data, sharing memory (no graph: the reader sees the data as
+        `detach()` would); torch/jax/numpy/cupy `from_dlpack` call it."""
+        return self.device.to_dlpack(self.realize_cached_data(), **kwargs)
+
+    def __dlpack_device__(self) -> tuple[Any, int]:
+        """(DLPack device type, index) of the data, e.g. (1, 0) for host memory."""
+        return self.realize_cached_data().__dlpack_device__()
+
     # ----- graph members -----------------------------------------------------------------
     def detach(self) -> Tensor:
         """A new constant tensor sharing this tensor's storage."""

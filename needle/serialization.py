@@ -1,4 +1,5 @@
-"""ndl.save / ndl.load: nested dicts/lists of Tensors, arrays and scalars in one `.npz`.
+"""ndl.save / ndl.load: nested dicts/lists of Tensors, arrays and scalars in one `.npz`;
+ndl.save_safetensors / ndl.load_safetensors: flat weights in the safetensors format.
 
 The structure becomes a JSON manifest (a tree of typed nodes) and every array a member of
 the archive, named by its path in the structure (e.g. "model/modules.0.weight"). Writing
@@ -16,6 +17,7 @@ from typing import Any
 from .autograd import Tensor
 from .backends import Device, cpu
 from .backends.checkpoint import MANIFEST, host_kind, read_archive, write_archive
+from .backends.safetensors_format import read_safetensors, write_safetensors
 
 FORMAT = "needle-checkpoint"
 VERSION = 1
@@ -53,6 +55,42 @@ def load(path: str | os.PathLike, device: Device | None = None) -> Any:
         raise ValueError(f"load: {path!r} {e}") from None
     except (ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
         raise ValueError(f"load: {path!r} has a corrupt manifest ({e!r})") from e
+
+
+def save_safetensors(module_or_state_dict: Any, path: str | os.PathLike,
+                     metadata: dict[str, str] | None = None) -> None:
+    """Write a module's `state_dict()` (or a dict of Tensors and numpy arrays) to `path` in
+    the safetensors format, atomically; `safetensors.torch.load_file` reads it."""
+    state = module_or_state_dict
+    if callable(getattr(state, "state_dict", None)):
+        state = state.state_dict()
+    if not isinstance(state, dict):
+        raise TypeError(f"save_safetensors: expected a Module or a dict of Tensors, got "
+                        f"{type(state).__name__}")
+    arrays = {}
+    for name, value in state.items():
+        if isinstance(value, Tensor):
+            arrays[name] = value.numpy()
+        elif host_kind(value) is not None:
+            arrays[name] = value
+        else:
+            raise TypeError(f"save_safetensors: {name!r} is a {type(value).__name__}; "
+                            "expected Tensors or numpy arrays")
+    write_safetensors(path, arrays, metadata)
+
+
+def load_safetensors(path: str | os.PathLike, device: Device | None = None) -> dict[str, Tensor]:
+    """The tensors of a safetensors file by name, on `device` (default cpu), for
+    `load_state_dict`; BF16 becomes float32 (exactly). Nothing in the file is executed."""
+    device = cpu() if device is None else device
+    arrays, _ = read_safetensors(path)
+    out = {}
+    for name, array in arrays.items():
+        try:
+            out[name] = _tensor(array, False, device, name)
+        except _FileError as e:
+            raise ValueError(f"load_safetensors: {os.fspath(path)!r} {e}") from None
+    return out
 
 
 def _check_header(manifest: Any) -> None:

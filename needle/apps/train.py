@@ -4,6 +4,7 @@
                                         # the official 10k test images
     needle-train --model cnn            # a conv net on the same data
     needle-train --model resnet9 --data-dir cifar-10-batches-py   # a CIFAR-10 copy of yours
+    needle-train --model resnet9 --download   # fetched once into ~/.cache/needle (or --data-dir)
     needle-train --model lstm           # a word-level language model on the built-in PTB
     needle-train --device strict --epochs 2 --quiet
     needle-train --device torch:cuda    # PyTorch's GPU (or torch:cpu, torch:mps, jax)
@@ -45,6 +46,7 @@ from needle.data import (
     find_mnist_files,
     transforms,
 )
+from needle.data.download import DownloadError, cifar10_folder
 from needle.data.ptb import Corpus, batchify, builtin_ptb_corpus
 from needle.distributed import launch
 
@@ -116,8 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--device", choices=sorted(DEVICES), help=f"where to compute (default: {d['device']})")
     add("--data-dir", type=Path,
         help="MNIST: folder with the four MNIST files, gzipped or not (default: the built-in "
-             "set); CIFAR-10: the cifar-10-batches-py folder of the python version (required); "
+             "set); CIFAR-10: the cifar-10-batches-py folder of the python version (required "
+             "but with --download, where it is the folder to download into); "
              "PTB: a folder with train.txt and test.txt (default: the built-in split)")
+    add("--download", action="store_true",
+        help="CIFAR-10: fetch the python version (md5-checked) into --data-dir, else "
+             "~/.cache/needle, unless it is there already (default: off)")
     add("--epochs", type=int, help="training epochs in all (default: "
                                    f"{_defaults_text('epochs')})")
     add("--batch-size", type=int, help=f"batch size (default: {d['batch_size']})")
@@ -199,10 +205,13 @@ def setup(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Run:
         hint = (f" ({args.resume} ran there; pass --device cpu to continue on the cpu)"
                 if stored and args.device is None else "")
         parser.error(f"--device {config['device']}: {device.unavailable_reason()}{hint}")
+    data_config = config
+    if args.download:  # the folder fetched into --data-dir (or the cache) is read this time
+        data_config = {**config, "data_dir": _download_cifar10(parser, config, args.quiet)}
     if config["model"] in LANGUAGE_MODELS:
         train_data, test_data, vocab = _ptb(parser, config)
     else:
-        train_set, test_set = _datasets(parser, config)
+        train_set, test_set = _datasets(parser, data_config)
         train_data = DataLoader(train_set, config["batch_size"], shuffle=True, device=device)
         test_data, vocab = DataLoader(test_set, 1000, device=device), None
     if args.distributed:
@@ -382,7 +391,7 @@ def _cifar10(parser: argparse.ArgumentParser,
     if not cfg["data_dir"]:
         parser.error("--model resnet9 trains on CIFAR-10, which is not built in: pass "
                      "--data-dir DIR, the cifar-10-batches-py folder of the python version "
-                     "(https://www.cs.toronto.edu/~kriz/cifar.html)")
+                     "(https://www.cs.toronto.edu/~kriz/cifar.html), or --download to fetch it")
     augment = ([transforms.RandomFlipHorizontal(), transforms.RandomCrop(cfg["augment"])]
                if cfg["augment"] else None)
     try:
@@ -390,6 +399,19 @@ def _cifar10(parser: argparse.ArgumentParser,
                 CIFAR10Dataset(cfg["data_dir"], train=False))
     except (OSError, ValueError) as e:
         parser.error(f"--data-dir {cfg['data_dir']}: {e}")
+
+
+def _download_cifar10(parser: argparse.ArgumentParser, cfg: dict[str, Any],
+                      quiet: bool) -> str:
+    """--download: the CIFAR-10 batch folder in --data-dir (or the cache), fetched there if
+    missing."""
+    if cfg["model"] != "resnet9":
+        parser.error(f"--download fetches CIFAR-10 for --model resnet9; "
+                     f"{DATASETS[cfg['model']]} is built in")
+    try:
+        return str(cifar10_folder(cfg["data_dir"], download=True, progress=not quiet))
+    except (OSError, ValueError, DownloadError) as e:
+        parser.error(f"--download: {e}")
 
 
 def _ptb(parser: argparse.ArgumentParser,

@@ -1,8 +1,8 @@
 """CIFAR-10: `CIFAR10Dataset` over the python-version batches, read with a restricted unpickler.
 
-The data set cannot be downloaded here: fetch `cifar-10-python.tar.gz` yourself, unpack it and
-pass the `cifar-10-batches-py` folder (the one holding `data_batch_1` .. `data_batch_5` and
-`test_batch`) as `base_folder`.
+Pass the `cifar-10-batches-py` folder (the one holding `data_batch_1` .. `data_batch_5` and
+`test_batch`) as `base_folder`, or `download=True` to have `cifar-10-python.tar.gz` fetched,
+verified and unpacked into a cache folder (needle/data/download.py).
 
 The batches are pickles, and loading a pickle can run code, so they are read by an unpickler
 that resolves only the few globals that rebuilding bytes and numpy arrays needs (see
@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .dataset import Dataset, TransformFn
+from .download import cifar10_folder
 
 TRAIN_BATCHES: tuple[str, ...] = tuple(f"data_batch_{k}" for k in range(1, 6))
 TEST_BATCHES: tuple[str, ...] = ("test_batch",)
@@ -173,17 +174,22 @@ class CIFAR10Dataset(Dataset):
     `data_batch_1` .. `data_batch_5` in order when `train`, else `test_batch`. Transforms see
     each image as (32, 32, 3) and their result is transposed back to (3, 32, 32); for a slice
     or index array they run on every selected image in order. `p` is kept for compatibility
-    with the course's signature and is not used.
+    with the course's signature and is not used. With `download=True` (or `base_folder=None`)
+    `base_folder` is a cache folder (default ~/.cache/needle) that the python version is
+    fetched into, checked and unpacked the first time (see needle/data/download.py).
     """
 
     def __init__(
         self,
-        base_folder: str | os.PathLike,
+        base_folder: str | os.PathLike | None,
         train: bool,
         p: float = 0.5,
         transforms: Sequence[TransformFn] | None = None,
+        download: bool = False,
     ):
         super().__init__(transforms)
+        if download or base_folder is None:  # a cache folder, filled when download is set
+            base_folder = cifar10_folder(base_folder, download=download)
         self.base_folder = Path(base_folder)
         self.train = bool(train)
         self.p = p
