@@ -138,25 +138,37 @@ class CUDADevice(Device):
 
 
 _KERNELS: dict[str, Any] = {}
+# name -> (in params, out params, CUDA C, exact): exact ones are compiled with --fmad=false,
+# so no multiply-add is contracted (the portable rule's roundings, to the bit)
+_SOURCES = {
+    "uniform": ("uint64 seed, uint64 offset", "float32 u", SPLITMIX_UNIFORM_CUDA, False),
+    "adam": ("T grad, T lr_t, T b1, T omb1, T b2, T omb2, T eps_t, T wd", "T param, T m, T v",
+             ADAM_CUDA, True),
+    "sgd": ("T grad, T lr, T wd", "T param", SGD_CUDA, True),
+    "sgd_momentum": ("T grad, T lr, T momentum, T omm, T wd", "T param, T u",
+                     SGD_MOMENTUM_CUDA, True),
+}
 
 
-def _kernels(cp: Any) -> dict[str, Any]:
-    """needle's own cupy kernels, compiled on first use (each has a numpy reference in
+class _Kernels:
+    """needle's own cupy kernels, each compiled on first use (each has a numpy reference in
     kernels.py that the tests compare it with)."""
-    if not _KERNELS:
-        exact = ("--fmad=false",)  # no contracted multiply-adds: the portable rule's roundings
-        _KERNELS["uniform"] = cp.ElementwiseKernel(
-            "uint64 seed, uint64 offset", "float32 u", SPLITMIX_UNIFORM_CUDA,
-            "needle_splitmix_uniform")
-        _KERNELS["adam"] = cp.ElementwiseKernel(
-            "T grad, T lr_t, T b1, T omb1, T b2, T omb2, T eps_t, T wd", "T param, T m, T v",
-            ADAM_CUDA, "needle_adam", options=exact)
-        _KERNELS["sgd"] = cp.ElementwiseKernel(
-            "T grad, T lr, T wd", "T param", SGD_CUDA, "needle_sgd", options=exact)
-        _KERNELS["sgd_momentum"] = cp.ElementwiseKernel(
-            "T grad, T lr, T momentum, T omm, T wd", "T param, T u", SGD_MOMENTUM_CUDA,
-            "needle_sgd_momentum", options=exact)
-    return _KERNELS
+
+    def __init__(self, cp: Any):
+        self.cp = cp
+
+    def __getitem__(self, name: str) -> Any:
+        kernel = _KERNELS.get(name)
+        if kernel is None:
+            params, outs, body, exact = _SOURCES[name]
+            kernel = _KERNELS[name] = self.cp.ElementwiseKernel(
+                params, outs, body, f"needle_{name}",
+                options=("--fmad=false",) if exact else ())
+        return kernel
+
+
+def _kernels(cp: Any) -> _Kernels:
+    return _Kernels(cp)
 
 
 def _updatable(*arrays: Any) -> bool:
