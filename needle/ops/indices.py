@@ -11,7 +11,7 @@ def as_index_array(xp: Any, array: Any, n: int, who: str, what: str = "indices")
     Integer dtypes are the fast path. One device-to-host read checks every value; a bad one
     raises ValueError naming `who` and the value, a dtype that is neither raises TypeError.
     """
-    floating = xp.isdtype(array.dtype, "real floating")
+    floating, array_dtype = xp.isdtype(array.dtype, "real floating"), array.dtype
     if floating:
         bad = (array < 0) | (array >= n) | (xp.floor(array) != array)  # NaN is bad too
     elif xp.isdtype(array.dtype, "integral"):
@@ -24,6 +24,8 @@ def as_index_array(xp: Any, array: Any, n: int, who: str, what: str = "indices")
         first = int(xp.argmax(xp.astype(xp.reshape(bad, (-1,)), xp.int8)))
         value = xp.reshape(array, (-1,))[first]
         value = float(value) if floating else int(value)
+        if value < 0 and xp.isdtype(array_dtype, "unsigned integer"):
+            value += 2 ** xp.iinfo(array.dtype).bits  # wrapped by the cast: the value as given
         if floating and not value.is_integer():
             raise ValueError(f"{who}: {what} must be whole numbers, found {value}")
         raise ValueError(f"{who}: {what} must be in [0, {n}), found {value}")
