@@ -3,11 +3,13 @@
 This file knows numpy and files, nothing above them: `needle/serialization.py` turns
 Tensors and nested containers into the flat `{member name: numpy array}` map and the JSON
 manifest written here. Every array is a zip member `NAME.npy`; the manifest is the uint8
-member `__manifest__`, so `np.load(path, allow_pickle=False)` reads the file.
+member `__manifest__`, so `np.load(path, allow_pickle=False)` reads the file. Members are
+stored, never compressed; reading refuses compressed members and sizes beyond the file's.
 
 Writes are atomic: a temporary file `.NAME.XXXXXXXX.tmp` beside the target, then
-`os.replace`. The temporary file is created with mode 0o666, so the kernel applies the
-umask (and any default ACL) exactly as for any other new file: nothing reads the umask.
+`os.replace`; a symlink is written through, as open() would (the file it names is replaced).
+The temporary file is created with mode 0o666, so the kernel applies the umask (and any
+default ACL) exactly as for any other new file: nothing reads the umask.
 After a successful write, temporary files of earlier saves of the same target that were
 killed before their `os.replace` are removed; one that another process is still writing
 (it holds a lock on it) is left alone.
@@ -15,6 +17,8 @@ killed before their `os.replace` are removed; one that another process is still 
 
 from __future__ import annotations
 
+import errno
+import math
 import os
 import re
 import secrets
@@ -69,14 +73,18 @@ def write_atomically(path: str | os.PathLike, write: Callable[[BinaryIO], None])
     """Call `write(f)` on a temporary file beside `path`, then rename it to `path`: readers
     see the old file or the whole new one, and a failed write leaves the old file as it was."""
     path = os.fspath(path)
-    directory, name = os.path.split(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise IsADirectoryError(errno.EISDIR, "save: is a directory; name a file", path)
+    # a symlink is written through, as open() would: the file it names is replaced
+    directory, name = os.path.split(os.path.realpath(path))
     fd, tmp = _create_temporary(directory, name)
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-            os.replace(tmp, path)  # while still locked: no cleanup can take it first
+            # while still locked: no cleanup can take it first
+            os.replace(tmp, os.path.join(directory, name))
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -88,18 +96,32 @@ def read_archive(path: str | os.PathLike) -> tuple[bytes, dict[str, np.ndarray]]
     """(manifest bytes, {member name: array}) of an archive written by `write_archive`.
 
     A missing file raises FileNotFoundError; anything unreadable a ValueError naming it.
+    needle writes stored (uncompressed) members only, so a compressed member is refused
+    (it could inflate without bound), and no member may declare more bytes than the file
+    holds: reading allocates at most the file's size.
     """
     path = os.fspath(path)
     try:
-        npz = np.load(path, allow_pickle=False)
-        if not isinstance(npz, np.lib.npyio.NpzFile):
-            raise ValueError("a single array, not an .npz archive")
-        with npz:
-            arrays = {key: npz[key] for key in npz.files}
+        f = open(path, "rb")
     except FileNotFoundError:
         raise
-    except Exception as e:  # truncated or corrupt: BadZipFile, ValueError, OSError, EOFError
+    except OSError as e:
         raise ValueError(f"load: {path!r} is not a readable needle checkpoint ({e})") from e
+    with f:
+        head = f.read(32)
+        f.seek(0)
+        try:
+            with zipfile.ZipFile(f) as zf:
+                arrays = _read_members(zf, os.fstat(f.fileno()).st_size)
+        except zipfile.BadZipFile as e:
+            if not head.startswith(b"PK"):
+                raise ValueError(f"load: {path!r} is not a needle checkpoint: it is "
+                                 f"{_what_it_is(head)}, not a zip (.npz) archive") from None
+            raise ValueError(f"load: {path!r} is not a readable needle checkpoint ({e})") from e
+        except _ArchiveError as e:
+            raise ValueError(f"load: {path!r} {e}") from None
+        except Exception as e:  # truncated or corrupt: ValueError, OSError, EOFError, ...
+            raise ValueError(f"load: {path!r} is not a readable needle checkpoint ({e})") from e
     if MANIFEST not in arrays:
         raise ValueError(f"load: {path!r} has no {MANIFEST!r} member: not a needle checkpoint")
     manifest = arrays.pop(MANIFEST)
@@ -107,6 +129,79 @@ def read_archive(path: str | os.PathLike) -> tuple[bytes, dict[str, np.ndarray]]
         raise ValueError(f"load: {path!r} has a corrupt manifest (a {manifest.dtype} array of "
                          f"shape {manifest.shape}, expected uint8 bytes)")
     return manifest.tobytes(), arrays
+
+
+class _ArchiveError(ValueError):
+    """A member needle would not have written; read_archive prefixes the path."""
+
+
+def _what_it_is(head: bytes) -> str:
+    """What a file starting with `head` holds, in words, for a file that is no zip archive."""
+    if head.startswith(b"\x93NUMPY"):
+        return "a single numpy array (.npy)"
+    if head[:1] == b"\x80":
+        return "a Python pickle"
+    if head.startswith(b"\x1f\x8b"):
+        return "gzip-compressed data"
+    if not head:
+        return "empty"
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as e:  # a character cut at the end of `head` is fine
+        if e.start < len(head) - 3:
+            return f"binary data starting with {head[:8]!r}"
+        text = head[:e.start].decode("utf-8")
+    if not all(c.isprintable() or c in "\t\r\n" for c in text):
+        return f"binary data starting with {head[:8]!r}"
+    return f"text starting with {text.splitlines()[0][:20]!r}" if text.strip() else "blank text"
+
+
+def _read_members(zf: zipfile.ZipFile, file_size: int) -> dict[str, np.ndarray]:
+    """Every member of `zf` as an array by name (without ".npy"), checked before reading."""
+    infos, total = zf.infolist(), 0
+    for info in infos:
+        name = info.filename
+        if info.compress_type != zipfile.ZIP_STORED:
+            method = {zipfile.ZIP_DEFLATED: "deflate", zipfile.ZIP_BZIP2: "bzip2",
+                      zipfile.ZIP_LZMA: "lzma"}.get(info.compress_type, info.compress_type)
+            raise _ArchiveError(f"has a compressed member {name!r} ({method}): needle writes "
+                                "stored (uncompressed) members only and does not inflate "
+                                "others, which may expand without bound")
+        if info.flag_bits & 0x1:
+            raise _ArchiveError(f"has an encrypted member {name!r}: not a needle checkpoint")
+        if not name.endswith(".npy"):
+            raise _ArchiveError(f"has a member {name!r} that is not a .npy array: not a "
+                                "needle checkpoint")
+        total += info.file_size
+        if info.compress_size != info.file_size or total > file_size:
+            raise _ArchiveError(f"is corrupt: its members declare {total} bytes by {name!r} "
+                                f"(this one {info.file_size} stored as "
+                                f"{info.compress_size}), more than the file's {file_size}")
+    return {info.filename[:-4]: _read_member(zf, info) for info in infos}
+
+
+def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
+    """The array of one stored .npy member, whose header must agree with its declared size."""
+    fmt = np.lib.format
+    with zf.open(info) as member:
+        version = fmt.read_magic(member)
+        readers = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}
+        if version not in readers:
+            raise _ArchiveError(f"has a member {info.filename!r} in .npy version {version}, "
+                                "which needle does not write")
+        shape, _, dtype = readers[version](member)
+        if dtype.hasobject:
+            raise _ArchiveError(f"has an object array {info.filename!r}, which needs pickle: "
+                                "not a needle checkpoint")
+        size = member.tell() + math.prod(shape) * dtype.itemsize
+        if size != info.file_size:
+            raise _ArchiveError(f"is corrupt: its member {info.filename!r} holds a {dtype} "
+                                f"array of shape {shape} ({size} bytes with the header), "
+                                f"but declares {info.file_size} bytes")
+    with zf.open(info) as member:
+        array = fmt.read_array(member, allow_pickle=False)
+        member.read(1)  # at the end: zipfile checks the CRC-32 here
+    return array
 
 
 def _create_temporary(directory: str, name: str) -> tuple[int, str]:

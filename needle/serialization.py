@@ -176,19 +176,42 @@ class _Encoder:
             del self.open[id(obj)]
 
 
+def _field(node: dict, field: str, kinds: type | tuple[type, ...], name: str) -> Any:
+    """`node[field]`, which the manifest must give as one of `kinds` (bool is no int)."""
+    value = node[field]
+    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+    if type(value) not in kinds:
+        wanted = " or ".join(("an " if k.__name__[0] in "aeiou" else "a ") + k.__name__
+                             for k in kinds)
+        raise _FileError(f"has a corrupt manifest: {field!r} of the {node['type']} at "
+                         f"{_where(name)} must be {wanted}, found {_short(value)}")
+    return value
+
+
+# the JSON types of each leaf node's "value" (an int-valued float may come back as an int)
+_VALUE_KINDS: dict[str, tuple[type, ...]] = {"bool": (bool,), "int": (int,),
+                                             "float": (float, int), "str": (str,)}
+
+
 def _decode(node: dict, arrays: dict[str, Any], device: Device, name: str, depth: int) -> Any:
     """The object a manifest node at `name`, `depth` containers deep, describes."""
     kind = node["type"]
     if kind == "tensor":
-        return _tensor(arrays[node["key"]], bool(node["requires_grad"]), device, name)
+        key = _field(node, "key", str, name)
+        requires_grad = _field(node, "requires_grad", bool, name)
+        return _tensor(arrays[key], requires_grad, device, name)
     if kind == "ndarray":
-        return arrays[node["key"]]
+        return arrays[_field(node, "key", str, name)]
     if kind == "numpy_scalar":
-        return arrays[node["key"]][()]
+        array = arrays[_field(node, "key", str, name)]
+        if array.ndim != 0:
+            raise _FileError(f"has a corrupt manifest: the numpy scalar at {_where(name)} is "
+                             f"an array of shape {array.shape}")
+        return array[()]
     if kind == "none":
         return None
-    if kind in ("bool", "int", "float", "str"):
-        value = node["value"]
+    if kind in _VALUE_KINDS:
+        value = _field(node, "value", _VALUE_KINDS[kind], name)
         return float(value) if kind == "float" else value
     if kind not in ("dict", "list", "tuple"):
         raise ValueError(f"unknown node type {kind!r}")
@@ -196,11 +219,23 @@ def _decode(node: dict, arrays: dict[str, Any], device: Device, name: str, depth
     if depth > MAX_DEPTH:
         raise _FileError(f"nests deeper than {MAX_DEPTH} levels (at {_where(name)}), the most "
                          "needle writes")
+    items = _field(node, "items", list, name)
     if kind == "dict":
-        return {k: _decode(v, arrays, device, _child(name, k), depth) for k, v in node["items"]}
-    items = [_decode(v, arrays, device, _child(name, i), depth)
-             for i, v in enumerate(node["items"])]
+        out = {}
+        for item in items:
+            if type(item) is not list or len(item) != 2 or type(item[0]) not in (str, int):
+                raise _FileError(f"has a corrupt manifest: the dict at {_where(name)} holds "
+                                 f"{_short(item)}, not a [str or int key, node] pair")
+            out[item[0]] = _decode(item[1], arrays, device, _child(name, item[0]), depth)
+        return out
+    items = [_decode(v, arrays, device, _child(name, i), depth) for i, v in enumerate(items)]
     return items if kind == "list" else tuple(items)
+
+
+def _short(value: Any) -> str:
+    """repr(value), cut to 60 characters for an error message."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _tensor(array: Any, requires_grad: bool, device: Device, name: str) -> Tensor:

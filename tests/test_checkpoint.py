@@ -258,3 +258,129 @@ def test_save_into_a_missing_folder_names_it(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"save: the folder '.*nope' for 'ck.npz' "
                                                 r"does not exist"):
         ndl.save({"a": 1}, tmp_path / "nope" / "ck.npz")
+
+
+# ----- archives needle does not write: compressed, oversized, not zip at all ----------------
+def zip_members(path, members: dict[str, bytes], compression=None) -> None:
+    """A zip of raw member bytes (name -> bytes), written by zipfile, not by needle."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", compression=compression or zipfile.ZIP_STORED) as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+
+
+def npy_bytes(array: np.ndarray) -> bytes:
+    import io
+
+    out = io.BytesIO()
+    np.save(out, array)
+    return out.getvalue()
+
+
+MANIFEST_NONE = json.dumps({"format": "needle-checkpoint", "version": 1,
+                            "tree": {"type": "ndarray", "key": "w"}}).encode()
+
+
+def test_compressed_members_are_refused_before_inflating_them(tmp_path):
+    import zipfile
+
+    # 64 MB of zeros deflate to 64 kB: needle writes stored members only, so it never inflates
+    header = npy_bytes(np.zeros(0, np.uint8))
+    bomb = header.replace(b"(0,)", b"(%d,)" % (64 << 20)) + bytes(64 << 20)
+    path = tmp_path / "bomb.npz"
+    zip_members(path, {"__manifest__.npy": npy_bytes(np.frombuffer(MANIFEST_NONE, np.uint8)),
+                       "w.npy": bomb}, compression=zipfile.ZIP_DEFLATED)
+    assert path.stat().st_size < 1 << 20
+    with pytest.raises(ValueError, match=r"bomb.npz' has a compressed member "
+                                         r"'__manifest__.npy' \(deflate\): needle writes stored"):
+        ndl.load(path)
+    # np.savez_compressed: the same refusal
+    np.savez_compressed(tmp_path / "z.npz", w=np.arange(3))
+    with pytest.raises(ValueError, match=r"z.npz' has a compressed member 'w.npy'"):
+        ndl.load(tmp_path / "z.npz")
+
+
+def test_a_member_whose_header_outgrows_its_declared_size_is_refused(tmp_path):
+    path = tmp_path / "big.npz"
+    header = npy_bytes(np.zeros(0, np.float64)).replace(b"(0,)", b"(10000000000000,)")
+    zip_members(path, {"__manifest__.npy": npy_bytes(np.frombuffer(MANIFEST_NONE, np.uint8)),
+                       "w.npy": header + bytes(16)})
+    with pytest.raises(ValueError, match=r"big.npz' is corrupt: its member 'w.npy' holds a "
+                                         r"float64 array of shape \(10000000000000,\)"):
+        ndl.load(path)
+
+
+def test_members_declaring_more_bytes_than_the_file_holds_are_refused(tmp_path):
+    path = tmp_path / "lie.npz"
+    zip_members(path, {"__manifest__.npy": npy_bytes(np.frombuffer(MANIFEST_NONE, np.uint8)),
+                       "w.npy": npy_bytes(np.arange(4.0))})
+    raw = bytearray(path.read_bytes())
+    entry = raw.rindex(b"PK\x01\x02")  # the central directory entry of w.npy
+    raw[entry + 20:entry + 28] = (2**31).to_bytes(4, "little") * 2  # its two sizes
+    path.write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match=r"lie.npz' is corrupt: its members declare \d+ bytes "
+                                         r"by 'w.npy' .*more than the file's \d+"):
+        ndl.load(path)
+
+
+@pytest.mark.parametrize("content, what", [
+    (b"epoch,train_loss,test_loss\n1,0.5,0.6\n", "text starting with 'epoch,train_loss,tes'"),
+    (b"\x80\x04\x95\x05\x00\x00\x00\x00\x00\x00\x00N.", "a Python pickle"),
+    (b"", "empty"),
+    ("npy", r"a single numpy array \(.npy\)"),
+])
+def test_a_file_that_is_no_archive_says_what_it_is(content, what, tmp_path):
+    path = tmp_path / "run.npz"
+    if content == "npy":
+        np.save(open(path, "wb"), np.arange(3))
+    else:
+        path.write_bytes(content)
+    with pytest.raises(ValueError, match=rf"load: '.*run.npz' is not a needle checkpoint: it is "
+                                         rf"{what}, not a zip \(.npz\) archive") as err:
+        ndl.load(path)
+    assert "pickled" not in str(err.value) and "pickle.load" not in str(err.value)
+
+
+@pytest.mark.parametrize("node, message", [
+    ({"type": "tensor", "key": "w", "requires_grad": "yes"},
+     r"'requires_grad' of the tensor at 'the top level' must be a bool, found 'yes'"),
+    ({"type": "ndarray", "key": 0}, r"'key' of the ndarray at 'the top level' must be a str"),
+    ({"type": "dict", "items": [["a", {"type": "int", "value": "3"}]]},
+     r"'value' of the int at 'a' must be an int, found '3'"),
+    ({"type": "list", "items": [{"type": "bool", "value": 1}]},
+     r"'value' of the bool at '0' must be a bool, found 1"),
+    ({"type": "dict", "items": {"a": 1}}, r"'items' of the dict at 'the top level' must be a "
+                                          r"list"),
+    ({"type": "dict", "items": [["a"]]}, r"the dict at 'the top level' holds \['a'\], not a "
+                                         r"\[str or int key, node\] pair"),
+    ({"type": "numpy_scalar", "key": "w"}, r"the numpy scalar at 'the top level' is an array "
+                                           r"of shape \(3,\)"),
+])
+def test_manifest_fields_of_the_wrong_type_are_refused(node, message, tmp_path):
+    path = tmp_path / "odd.npz"
+    manifest = json.dumps({"format": "needle-checkpoint", "version": 1, "tree": node})
+    np.savez(path, __manifest__=np.frombuffer(manifest.encode(), np.uint8), w=np.ones(3))
+    with pytest.raises(ValueError, match=r"odd.npz' has a corrupt manifest: " + message):
+        ndl.load(path)
+
+
+def test_save_onto_a_folder_names_the_folder(tmp_path):
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    with pytest.raises(IsADirectoryError) as err:
+        ndl.save({"a": 1}, folder)
+    assert err.value.filename == str(folder) and ".tmp" not in str(err.value)
+    assert sorted(os.listdir(tmp_path)) == ["runs"]
+
+
+@pytest.mark.skipif(not hasattr(os, "symlink"), reason="no symlinks")
+def test_save_onto_a_symlink_writes_through_it(tmp_path):
+    (tmp_path / "real").mkdir()
+    target, link = tmp_path / "real" / "ck.npz", tmp_path / "ck.npz"
+    link.symlink_to(target)  # dangling: the first save creates the target, as open() would
+    ndl.save({"a": 1}, link)
+    ndl.save({"a": 2}, link)
+    assert link.is_symlink() and ndl.load(target) == {"a": 2} == ndl.load(link)
+    assert sorted(os.listdir(tmp_path / "real")) == ["ck.npz"]  # the temporary went there
+    assert sorted(os.listdir(tmp_path)) == ["ck.npz", "real"]

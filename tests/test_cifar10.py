@@ -137,6 +137,21 @@ def test_batches_in_the_python2_layout_of_the_real_files_load(tmp_path):
     np.testing.assert_array_equal(ds.X * 255, data.reshape(2, 3, 32, 32).astype(np.float32))
 
 
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+@pytest.mark.parametrize("layout", ["uint8", "int64", "fortran"])
+def test_batches_of_every_pickle_protocol_load(tmp_path, protocol, layout):
+    # protocol 5 pickles arrays through numpy._core.numeric._frombuffer
+    data = np.arange(2 * 3072).reshape(2, 3072) % 256
+    if layout == "uint8":
+        data = data.astype(np.uint8)
+    elif layout == "fortran":
+        data = np.asfortranarray(data.astype(np.uint8))
+    write_batch(tmp_path / "test_batch", data, [1, 8], protocol=protocol)
+    ds = CIFAR10Dataset(tmp_path, train=False)
+    assert ds.y.tolist() == [1, 8]
+    np.testing.assert_array_equal(ds.X * 255, data.reshape(2, 3, 32, 32).astype(np.float32))
+
+
 # ----- items, batches, transforms ----------------------------------------------------------
 def test_item_and_batch_indexing(cifar):
     folder, train, _ = cifar
@@ -343,3 +358,22 @@ def test_reconstruct_builds_plain_ndarrays_only(tmp_path):
     with pytest.raises(ValueError, match="only numpy.ndarray allowed") as err:
         CIFAR10Dataset(tmp_path, train=False)
     assert str(tmp_path / "test_batch") in str(err.value)
+
+
+@pytest.mark.parametrize("fn, args", [
+    (np.ndarray, ((10**14,), "b")),  # called directly, the global would allocate 91 TiB
+    (np.ndarray((0,)).__reduce__()[0], (np.ndarray, (10**14,), b"b")),  # numpy passes (0,)
+    (np.ndarray((0,)).__reduce_ex__(5)[0], (b"", np.dtype(np.uint8), (10**14,), "C")),
+])
+def test_an_array_larger_than_its_bytes_is_refused_without_allocating(tmp_path, fn, args):
+    import tracemalloc
+
+    write_object(tmp_path / "test_batch", batch_dict(Call(fn, *args), [0]))
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match="corrupt CIFAR-10 batch") as err:
+            CIFAR10Dataset(tmp_path, train=False)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert str(tmp_path / "test_batch") in str(err.value) and peak < 1 << 20

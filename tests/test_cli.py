@@ -57,10 +57,15 @@ def usage_error(argv: list[str], capsys) -> str:
     return err
 
 
+# numpy's legacy random state after seed(0), as needle-train stores it
+RNG_STATE = {"keys": np.random.RandomState(0).get_state()[1], "pos": 624, "has_gauss": 0,
+             "cached_gaussian": 0.0}
+
+
 def fake_checkpoint(path: Path, epoch: int = 1, **config) -> Path:
     """A checkpoint with the layout needle-train writes, but no trained model (written fast)."""
     cfg = {**train.SETTINGS, **train.PLACES, **config}
-    ndl.save({"model": {}, "optimizer": {}, "rng": {}, "config": cfg, "epoch": epoch,
+    ndl.save({"model": {}, "optimizer": {}, "rng": RNG_STATE, "config": cfg, "epoch": epoch,
               "seconds": 1.0}, path)
     return path
 
@@ -500,16 +505,17 @@ def test_checkpoint_from_before_model_existed_resumes_as_mlp(fast, tmp_path, cap
     assert ndl.load(ck)["config"]["model"] == "mlp" and ndl.load(ck)["epoch"] == 2
 
 
-def write_cifar(folder: Path, per_batch: int = 4) -> Path:
-    """CIFAR-10's python-version batches with a few random images each."""
+def write_cifar(folder: Path, per_batch: int = 4, empty: tuple[str, ...] = ()) -> Path:
+    """CIFAR-10's python-version batches with a few random images each (none in `empty`)."""
     import pickle
 
     folder.mkdir()
     rng = np.random.default_rng(0)
     for name in [f"data_batch_{k}" for k in range(1, 6)] + ["test_batch"]:
-        batch = {b"batch_label": name.encode(), b"labels": rng.integers(0, 10, per_batch).tolist(),
-                 b"data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8),
-                 b"filenames": [b"x.png"] * per_batch}
+        n = 0 if name in empty else per_batch
+        batch = {b"batch_label": name.encode(), b"labels": rng.integers(0, 10, n).tolist(),
+                 b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+                 b"filenames": [b"x.png"] * n}
         with open(folder / name, "wb") as f:
             pickle.dump(batch, f, protocol=2)
     return folder
@@ -695,3 +701,271 @@ def test_failed_log_write_exits_1(fast, tmp_path, monkeypatch, capsys):
     (line,) = capsys.readouterr().err.splitlines()
     assert line == (f"needle-train: cannot write {log} after epoch 1 (No space left on "
                     "device); nothing was saved: no --checkpoint")
+
+
+# ----- bad data, files and checkpoints: one line naming the file, exit 2 ----------------------
+
+
+def mnist_copy(tiny: Path, folder: Path, counts: dict[str, int] | None = None,
+               label: tuple[str, int] | None = None) -> Path:
+    """The tiny MNIST files in `folder`: `counts` cuts a file's items (file name -> count),
+    `label` = (file name, value) writes `value` as that file's last label."""
+    folder.mkdir()
+    for name in MNIST_FILES:
+        plain = name.removesuffix(".gz")
+        data = bytearray((tiny / plain).read_bytes())
+        n = (counts or {}).get(plain)
+        if n is not None:
+            size = 784 if plain.endswith("images-idx3-ubyte") else 1
+            start = 16 if size == 784 else 8
+            data = data[:4] + struct.pack(">I", n) + data[8:start] + data[start:start + n * size]
+        if label and label[0] == plain:
+            data[-1] = label[1]
+        (folder / plain).write_bytes(bytes(data))
+    return folder
+
+
+@pytest.mark.parametrize("labels", ["train-labels-idx1-ubyte", "t10k-labels-idx1-ubyte"])
+def test_mnist_labels_outside_0_to_9_are_usage_errors(labels, tiny, tmp_path, capsys):
+    data = mnist_copy(tiny, tmp_path / "mnist", label=(labels, 200))
+    ck = tmp_path / "ck.npz"
+    err = usage_error(["--data-dir", str(data), "--hidden-dim", "8", "--batch-size", "40",
+                       "--checkpoint", str(ck), "--quiet"], capsys)
+    n = N_TRAIN if labels.startswith("train") else N_TEST
+    assert err.splitlines()[-1] == (f"needle-train: error: --data-dir {data}: {data / labels}: "
+                                    f"labels must lie in 0..9, found 200 (the label of image "
+                                    f"{n - 1})")
+    assert not ck.exists()  # refused before training, not after an epoch
+
+
+@pytest.mark.parametrize("empty", ["train-images-idx3-ubyte", "t10k-images-idx3-ubyte"])
+def test_mnist_without_images_is_a_usage_error(empty, tiny, tmp_path, capsys):
+    labels = empty.replace("images-idx3", "labels-idx1")
+    data = mnist_copy(tiny, tmp_path / "mnist", counts={empty: 0, labels: 0})
+    err = usage_error(["--data-dir", str(data), "--quiet"], capsys)
+    assert err.splitlines()[-1] == (f"needle-train: error: --data-dir {data}: {data / empty} "
+                                    "holds no images")
+
+
+@pytest.mark.parametrize("empty, subject", [
+    (tuple(f"data_batch_{k}" for k in range(1, 6)),
+     "the training batches (data_batch_1, data_batch_2, data_batch_3, data_batch_4, "
+     "data_batch_5) hold"),
+    (("test_batch",), "{data}/test_batch holds"),
+])
+def test_cifar_without_images_is_a_usage_error(empty, subject, tmp_path, capsys):
+    data = write_cifar(tmp_path / "cifar", empty=empty)
+    err = usage_error(["--model", "resnet9", "--data-dir", str(data), "--quiet"], capsys)
+    subject = subject.replace("{data}", str(data))
+    assert err.splitlines()[-1] == f"needle-train: error: --data-dir {data}: {subject} no images"
+
+
+def test_cifar_batch_with_a_huge_array_is_a_usage_error(tmp_path, capsys):
+    data = write_cifar(tmp_path / "cifar")
+    # numpy.ndarray((10**14,), "b") in the pickle: 91 TiB if it were allocated
+    (data / "test_batch").write_bytes(b"\x80\x02}C\x04datacnumpy\nndarray\n"
+                                      b"\x8a\x06\x00@z\x10\xf3Z\x85U\x01b\x86Rs.")
+    err = usage_error(["--model", "resnet9", "--data-dir", str(data), "--quiet"], capsys)
+    line = err.splitlines()[-1]
+    assert line.startswith(f"needle-train: error: --data-dir {data}: {data / 'test_batch'}: ")
+    assert "corrupt CIFAR-10 batch" in line
+
+
+@pytest.mark.parametrize("train_words, test_words, bad, tokens", [
+    (3, 40, "train.txt", 4), (40, 5, "test.txt", 6)])
+def test_ptb_split_too_short_for_one_window_is_a_usage_error(train_words, test_words, bad,
+                                                             tokens, tmp_path, capsys):
+    folder = tmp_path / "ptb"
+    folder.mkdir()
+    (folder / "train.txt").write_text(" ".join(["w"] * train_words) + "\n")
+    (folder / "test.txt").write_text(" ".join(["w"] * test_words) + "\n")
+    err = usage_error(["--model", "rnn", "--data-dir", str(folder), "--batch-size", "4",
+                       "--quiet"], capsys)
+    assert err.splitlines()[-1] == (
+        f"needle-train: error: --data-dir {folder}: {folder / bad} holds {tokens} tokens, "
+        "fewer than one window of --batch-size 4 needs (8: two rows of 4); use a longer file "
+        "or a smaller --batch-size")
+
+
+def test_builtin_ptb_with_a_batch_larger_than_its_held_out_part(capsys):
+    err = usage_error(["--model", "lstm", "--batch-size", "5000", "--quiet"], capsys)
+    assert err.splitlines()[-1].startswith("needle-train: error: the built-in PTB set: its "
+                                           "last 10% holds ")
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda ck: ck["rng"].update(keys=ck["rng"]["keys"][:10]),  # was an IndexError
+     "rng['keys'] (a uint32 array of shape (10,), expected 624 uint32)"),
+    (lambda ck: ck["rng"].update(keys=ck["rng"]["keys"].astype(np.float64)),
+     "rng['keys'] (a float64 array of shape (624,), expected 624 uint32)"),
+    (lambda ck: ck["rng"].pop("keys"), "rng['keys'] (NoneType, expected 624 uint32)"),
+    (lambda ck: ck["rng"].update(pos=10000), "rng['pos'] (10000, expected an int in [0, 624])"),
+    (lambda ck: ck["rng"].pop("has_gauss"), "rng['has_gauss'] (None, expected an int in "),
+    (lambda ck: ck["rng"].update(cached_gaussian="x"), "rng['cached_gaussian'] ('x', expected"),
+    (lambda ck: ck.update(epoch=-3), "epoch (-3, negative)"),
+    (lambda ck: ck.update(seconds=float("nan")), "seconds (nan)"),
+])
+def test_checkpoint_with_a_bad_rng_state_epoch_or_time_is_a_usage_error(damage, message,
+                                                                        tmp_path, capsys):
+    ck = fake_checkpoint(tmp_path / "ck.npz")
+    state = ndl.load(ck)
+    damage(state)
+    ndl.save(state, ck)
+    err = usage_error(["--resume", str(ck)], capsys)
+    assert err.splitlines()[-1].startswith(
+        f"needle-train: error: --resume: {ck} is not a needle-train checkpoint of this version "
+        f"(missing or malformed: {message}")
+
+
+def test_resume_from_a_file_that_is_no_archive_says_what_it_is(tmp_path, capsys):
+    log = tmp_path / "log.csv"
+    log.write_text(",".join(curves.IMAGE_COLUMNS) + "\n")
+    err = usage_error(["--resume", str(log)], capsys)
+    assert err.splitlines()[-1] == (
+        f"needle-train: error: --resume: cannot read the checkpoint {log}: load: '{log}' is not "
+        "a needle checkpoint: it is text starting with 'epoch,train_loss,tra', not a zip (.npz) "
+        "archive")
+
+
+@pytest.mark.parametrize("pixels, side", [(28, 28), (100, 28)])
+def test_augment_as_large_as_the_image_is_a_usage_error(pixels, side, fast, capsys):
+    err = usage_error([*fast, "--augment", str(pixels)], capsys)
+    assert err.splitlines()[-1] == (f"needle-train: error: --augment {pixels}: shifts of up to "
+                                    f"{pixels} pixels can move a {side}x{side} training image "
+                                    f"out of view entirely; use at most {side - 1}")
+
+
+def test_augment_as_large_as_a_cifar_image_is_a_usage_error(tmp_path, capsys):
+    data = write_cifar(tmp_path / "cifar")
+    err = usage_error(["--model", "resnet9", "--data-dir", str(data), "--augment", "32"], capsys)
+    assert "--augment 32: shifts of up to 32 pixels can move a 32x32" in err
+
+
+def test_distributed_without_mpi4py_is_a_usage_error_with_the_install_command(fast, monkeypatch,
+                                                                              capsys):
+    import needle.distributed as dist
+    from needle.distributed import comm
+
+    if dist.is_initialized():
+        pytest.skip("another test initialized the MPI world")
+    monkeypatch.setitem(sys.modules, "mpi4py", None)  # import mpi4py fails
+    err = usage_error([*fast, "--distributed"], capsys)
+    line = err.splitlines()[-1]
+    assert line.startswith("needle-train: error: --distributed: needle.distributed needs "
+                           "mpi4py and an MPI library")
+    assert f": {comm.install_command()}, then launch with `mpiexec" in line
+
+
+# ----- files that would overwrite each other --------------------------------------------------
+
+
+@pytest.mark.parametrize("flags", [
+    ["--checkpoint", "{tmp}/run", "--log-csv", "{tmp}/run"],
+    ["--log-csv", "{tmp}/run.png", "--plot", "{tmp}/run.png"],
+    ["--checkpoint", "{tmp}/run.png", "--plot", "{tmp}/sub/../run.png"],
+    ["--checkpoint", "{tmp}/ck.npz", "--log-csv", "{tmp}/link.csv"],  # a symlink to ck.npz
+])
+def test_two_outputs_naming_one_file_are_a_usage_error(flags, fast, tmp_path, capsys):
+    (tmp_path / "link.csv").symlink_to(tmp_path / "ck.npz")
+    (tmp_path / "sub").mkdir()
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in flags]
+    err = usage_error([*fast, *argv], capsys)
+    assert err.splitlines()[-1] == (f"needle-train: error: {argv[0]} {argv[1]} and {argv[2]} "
+                                    f"{argv[3]} name the same file: each would overwrite the "
+                                    "other; name two files")
+    assert sorted(os.listdir(tmp_path)) == ["link.csv", "sub"]  # nothing written
+
+
+def test_resume_with_the_resumed_file_as_log_or_plot_is_a_usage_error(fast, tmp_path, capsys):
+    ck = tmp_path / "ck.png"  # a checkpoint may have any name
+    assert train.main([*fast, "--epochs", "2", "--stop-after", "1", "--checkpoint",
+                       str(ck)]) == 0
+    capsys.readouterr()
+    before = ck.read_bytes()
+    for flags in (["--log-csv", str(ck)], ["--checkpoint", str(tmp_path / "new.npz"),
+                                           "--plot", str(ck)]):
+        err = usage_error(["--resume", str(ck), *flags], capsys)
+        assert f"--resume {ck} and {flags[-2]} {ck} name the same file" in err
+    assert ck.read_bytes() == before
+    # continuing a run into the file it came from is what --resume does
+    assert train.main(["--resume", str(ck), "--checkpoint", str(ck), "--quiet"]) == 0
+    assert ndl.load(ck)["epoch"] == 2
+
+
+@pytest.fixture
+def two_runs(fast, tmp_path) -> dict[str, Path]:
+    """Two runs stopped after epoch 1 of 3 (seeds 0 and 1), each with a checkpoint and a log."""
+    files = {}
+    for seed in ("0", "1"):
+        files[f"ck{seed}"], files[f"log{seed}"] = tmp_path / f"{seed}.npz", tmp_path / f"{seed}.csv"
+        assert train.main([*fast, "--epochs", "3", "--stop-after", "1", "--seed", seed,
+                           "--checkpoint", str(files[f"ck{seed}"]),
+                           "--log-csv", str(files[f"log{seed}"])]) == 0
+    return files
+
+
+def test_resume_with_another_runs_log_is_a_usage_error(two_runs, tmp_path, capsys):
+    ck, other = two_runs["ck0"], two_runs["log1"]
+    capsys.readouterr()
+    before = other.read_text()
+    err = usage_error(["--resume", str(ck), "--log-csv", str(other)], capsys)
+    seconds = ndl.load(ck)["seconds"]
+    assert err.splitlines()[-1] == (
+        f"needle-train: error: --log-csv {other}: its epoch 1 ended at "
+        f"{curves.read_csv(other)[1][0]['seconds']!r} s of training, so it logs another run "
+        f"than {ck} (epoch 1, {seconds!r} s); name another file")
+    assert other.read_text() == before  # not spliced
+    # its own log continues
+    assert train.main(["--resume", str(ck), "--log-csv", str(two_runs["log0"]), "--quiet"]) == 0
+    assert [r["epoch"] for r in curves.read_csv(two_runs["log0"])[1]] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("edit, problem", [
+    (lambda lines: lines[:1], "it holds no epochs up to 2"),
+    (lambda lines: lines[:2], "it ends at epoch 1, before epoch 2"),
+    (lambda lines: [lines[0], lines[2]], "its epochs are 2, not 1 to 2"),
+])
+def test_resume_with_a_log_whose_epochs_do_not_match_is_a_usage_error(edit, problem, fast,
+                                                                      tmp_path, capsys):
+    ck, log = tmp_path / "ck.npz", tmp_path / "log.csv"
+    assert train.main([*fast, "--epochs", "3", "--stop-after", "2", "--checkpoint", str(ck),
+                       "--log-csv", str(log)]) == 0
+    capsys.readouterr()
+    log.write_text("\n".join(edit(log.read_text().splitlines())) + "\n")
+    err = usage_error(["--resume", str(ck), "--log-csv", str(log)], capsys)
+    assert f"--log-csv {log}: {problem}, so it logs another run than {ck} (epoch 2" in err
+
+
+# ----- --help ----------------------------------------------------------------------------------
+
+
+def test_help_names_every_model_and_every_models_defaults(capsys):
+    with pytest.raises(SystemExit):
+        train.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse's line breaks undone
+    description = text[text.index("Train "):text.index("options:")]
+    for model in ("mlp", "cnn", "resnet9", "rnn", "lstm", "transformer"):
+        assert model in description, model
+    # the language models' own recipe, next to the image models' defaults
+    for option, default in [
+            ("--batch-size", "100 for mlp, cnn and resnet9; 20 for rnn, lstm and transformer"),
+            ("--optimizer", "adam for mlp, cnn, resnet9 and transformer; sgd for rnn and lstm"),
+            ("--weight-decay", "0.001 for mlp, cnn and resnet9; 0.0 for rnn, lstm and "
+                               "transformer"),
+            ("--schedule", "cosine for mlp, cnn, resnet9 and transformer; constant for rnn and "
+                           "lstm"),
+            ("--epochs", "20 for mlp; 15 for cnn; 10 for resnet9; 5 for rnn, lstm and "
+                         "transformer"),
+            ("--lr", "0.001 for mlp, resnet9 and transformer; 0.01 for cnn; 4.0 for rnn and "
+                     "lstm"),
+            ("--clip", "0.0 for mlp, cnn and resnet9; 0.25 for rnn, lstm and transformer"),
+            ("--hidden-dim", "256 for mlp; 100 for rnn and lstm; 64 for transformer"),
+            ("--augment", "2 for mlp and cnn; 4 for resnet9)")]:
+        assert f"(default: {default}" in text[text.index(f" {option} "):], option
+    # every setting some model changes lists each model it applies to
+    unused = {"hidden_dim": ("cnn", "resnet9"), "augment": ("rnn", "lstm", "transformer")}
+    for action in train.build_parser()._actions:
+        if any(action.dest in own for own in train.MODELS.values()):
+            listed = action.help.split("(default: ")[1]
+            for model in set(train.MODELS) - set(unused.get(action.dest, ())):
+                assert model in listed, (action.dest, model)

@@ -6,6 +6,7 @@ tested in test_cli.py, next to the tiny data sets it trains on.
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 
@@ -132,3 +133,26 @@ def test_needle_plot_runs_as_a_module(tmp_path):
     out = subprocess.run([sys.executable, "-m", "needle.apps.curves", "--help"], check=True,
                          capture_output=True, text=True, cwd=tmp_path)
     assert "usage: needle-plot" in out.stdout and "--title" in out.stdout
+
+
+def test_needle_plot_leaves_out_values_it_cannot_draw(tmp_path, matplotlib, capsys, monkeypatch):
+    import matplotlib.axes
+
+    log = tmp_path / "run.csv"
+    log.write_text(CSV.replace("1,2.5,0.25,1.5,0.5", "1,1e308,0.25,-inf,0.5")
+                   + "3,-1e308,nan,0.5,0.75,0.0001,4.5\n")
+    drawn = []
+    plot = matplotlib.axes.Axes.plot
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot",
+                        lambda self, x, y, *a, **k: drawn.append(list(y)) or plot(self, x, y,
+                                                                                  *a, **k))
+    assert curves.main([str(log), "-o", str(tmp_path / "run.png")]) == 0
+    assert (tmp_path / "run.png").read_bytes()[:4] == b"\x89PNG"
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert ("left out 4 values not finite or beyond +-1e+300: train_loss of epoch 1 (1e+308), "
+            "test_loss of epoch 1 (-inf), train_loss of epoch 3 (-1e+308), train_accuracy of "
+            "epoch 3 (nan)") in err
+    # the curves: train loss, test loss, train accuracy (%), test accuracy (%); None: a gap
+    assert [[None if math.isnan(v) else v for v in curve] for curve in drawn] == [
+        [None, 1.25, None], [None, 1.0, 0.5], [25.0, 75.0, None], [50.0, 62.5, 75.0]]

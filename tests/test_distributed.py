@@ -57,7 +57,36 @@ def test_init_without_mpi4py_raises_with_the_install_hint():
             "try:\n    d.init()\nexcept RuntimeError as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
-    assert "pip install -e '.[distributed]'" in out and "mpi4py" in out, out
+    assert f"{comm.install_command()}, then launch with `mpiexec" in out and "mpi4py" in out, out
+
+
+class FakeDistribution:
+    """importlib.metadata's view of an installed needle: its direct_url.json and requires."""
+
+    requires = ["numpy>=2", 'mpi4py>=4; extra == "distributed"', 'mpich; extra == "distributed"',
+                'torch>=2.3; extra == "torch"']
+
+    def __init__(self, direct_url: str | None):
+        self.direct_url = direct_url
+
+    def read_text(self, name: str) -> str | None:
+        return self.direct_url if name == "direct_url.json" else None
+
+
+@pytest.mark.parametrize("direct_url, command", [
+    ('{"url": "file:///src/my%20needle", "dir_info": {"editable": true}}',
+     "pip install -e '/src/my needle[distributed]'"),
+    ('{"url": "file:///src/needle", "dir_info": {}}', "pip install 'mpi4py>=4' mpich"),
+    ('{"url": "file:///w/needle-0.1.0-py3-none-any.whl", "archive_info": {}}',
+     "pip install 'mpi4py>=4' mpich"),
+    (None, "pip install 'mpi4py>=4' mpich"),  # from an index: no direct_url.json
+])
+def test_install_hint_fits_how_needle_was_installed(direct_url, command, monkeypatch):
+    from importlib import metadata
+
+    monkeypatch.setattr(metadata, "distribution", lambda name: FakeDistribution(direct_url))
+    assert comm.install_command() == command
+    assert comm.install_hint().endswith(f": {command}, then launch with `mpiexec -n 2 ...`")
 
 
 def test_calls_before_init_raise():

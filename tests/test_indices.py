@@ -31,6 +31,20 @@ def test_as_index_array_names_the_first_bad_value(values, message, device):
         as_index_array(device.xp, device.asarray(np.array(values)), 3, "test")
 
 
+@pytest.mark.parametrize("dtype", ["uint64", "uint32"])
+def test_large_unsigned_ids_are_reported_as_given_not_wrapped(dtype, device):
+    big = int(np.iinfo(dtype).max)  # negative once cast to the signed index dtype
+    ids = device.asarray(np.array([1, big], dtype=dtype))
+    given = int(device.to_numpy(ids)[1])  # jax without 64-bit holds uint64 as uint32
+    assert given in (big, 2**32 - 1)
+    with pytest.raises(ValueError, match=rf"^test: indices must be in \[0, 3\), found {given}$"):
+        as_index_array(device.xp, ids, 3, "test")
+    with pytest.raises(ValueError, match=rf"SoftmaxLoss: labels must be in \[0, 3\), found "
+                                         rf"{given}$"):
+        nn.SoftmaxLoss()(ndl.Tensor(np.zeros((2, 3), np.float32), device=device),
+                         ndl.Tensor(ids, device=device)).numpy()  # read: GPUs defer the check
+
+
 def test_as_index_array_refuses_other_dtypes(device):
     with pytest.raises(TypeError, match="test: expected integer indices .*found dtype"):
         as_index_array(device.xp, device.asarray(np.array([True])), 3, "test")

@@ -26,6 +26,8 @@ IMAGE_COLUMNS = ("epoch", "train_loss", "train_accuracy", "test_loss", "test_acc
 LM_COLUMNS = ("epoch", "train_loss", "train_perplexity", "test_loss", "test_perplexity", "lr",
               "seconds")
 FIGURE_FORMATS = (".png", ".svg", ".pdf")
+# the largest magnitude a figure draws: matplotlib's axis arithmetic overflows near 1.8e308
+DRAWABLE = 1e300
 PLOT_HINT = "pip install needle[plot] (or: pip install matplotlib)"
 
 Row = dict[str, float]
@@ -89,11 +91,15 @@ class EpochLog:
 
     @classmethod
     def from_args(cls, parser: argparse.ArgumentParser, args: argparse.Namespace, *,
-                  language_model: bool, title: str, start: int) -> EpochLog | None:
-        """The log of a run that starts after epoch `start` (None without --log-csv/--plot).
+                  language_model: bool, title: str, start: int,
+                  seconds: float = 0.0) -> EpochLog | None:
+        """The log of a run that starts after epoch `start`, `seconds` into its training
+        (None without --log-csv/--plot).
 
         A resumed run keeps the rows of the CSV up to epoch `start` and drops later ones
         (their epochs are trained again), so no epoch appears twice; a fresh run starts it anew.
+        The CSV must be this run's: epochs 1 to `start` (at least), the row of `start` at
+        `seconds` (the checkpoint's time, which needle-train writes to both).
         """
         if args.log_csv is None and args.plot is None:
             return None
@@ -107,6 +113,11 @@ class EpochLog:
                 parser.error(f"--log-csv {args.log_csv}: its columns ({', '.join(columns)}) "
                              f"are not this run's ({', '.join(log.columns)})")
             log.rows = [row for row in rows if row["epoch"] <= start]
+            problem = _other_run(log.rows, start, seconds)
+            if problem:
+                parser.error(f"--log-csv {args.log_csv}: {problem}, so it logs another run "
+                             f"than {args.resume} (epoch {start}, {seconds!r} s); name "
+                             "another file")
         return log
 
     def record(self, epoch: int, metrics: dict[str, Any], lr: float) -> None:
@@ -127,6 +138,26 @@ class EpochLog:
         """Draw the rows to the --plot file (nothing without one, or without rows)."""
         if self.plot_path is not None and self.rows:
             save_figure(self.rows, self.columns, self.title, self.plot_path)
+
+
+def _other_run(rows: list[Row], start: int, seconds: float) -> str | None:
+    """Why `rows` (a CSV's rows up to epoch `start`) are not those of the checkpoint after
+    epoch `start` at `seconds` of training, or None when they are."""
+    epochs = [int(r["epoch"]) for r in rows]
+    if epochs != list(range(1, len(epochs) + 1)):
+        return f"its epochs are {_span(epochs)}, not 1 to {start}"
+    if len(rows) < start:
+        return f"it ends at epoch {len(rows)}, before epoch {start}" if rows else (
+            f"it holds no epochs up to {start}")
+    if rows[-1]["seconds"] != seconds:
+        return f"its epoch {start} ended at {rows[-1]['seconds']!r} s of training"
+    return None
+
+
+def _span(epochs: list[int]) -> str:
+    """Epoch numbers in words, shortened when many."""
+    text = ", ".join(map(str, epochs[:6]))
+    return text + (", ..." if len(epochs) > 6 else "")
 
 
 def write_csv(path: Path, columns: tuple[str, ...], rows: list[Row]) -> None:
@@ -162,22 +193,42 @@ def read_csv(path: Path) -> tuple[tuple[str, ...], list[Row]]:
     return columns, rows
 
 
+def _curves(columns: tuple[str, ...]) -> list[tuple[str, float]]:
+    """The drawn columns and the factor each is drawn at (accuracy in %)."""
+    scale = 1.0 if columns == LM_COLUMNS else 100.0
+    return [(c, scale if c.endswith(("accuracy", "perplexity")) else 1.0)
+            for c in columns[1:5]]
+
+
+def _drawn(value: float) -> float:
+    """`value` as drawn: nan (left out of its curve) when not finite or beyond DRAWABLE."""
+    return value if math.isfinite(value) and abs(value) <= DRAWABLE else math.nan
+
+
+def left_out(rows: list[Row], columns: tuple[str, ...]) -> list[str]:
+    """The values a figure of `rows` leaves out (not finite, or too large to draw), in words."""
+    return [f"{column} of epoch {int(r['epoch'])} ({r[column]!r})" for r in rows
+            for column, k in _curves(columns) if math.isnan(_drawn(k * r[column]))]
+
+
 def figure(rows: list[Row], columns: tuple[str, ...], title: str) -> Figure:
-    """A matplotlib Figure: loss on the left axes, accuracy (or perplexity) on the right."""
+    """A matplotlib Figure: loss on the left axes, accuracy (or perplexity) on the right.
+
+    Values that are not finite or beyond +-DRAWABLE are left out of their curves (gaps)."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
     lm = columns == LM_COLUMNS
     score, unit = ("perplexity", "perplexity") if lm else ("accuracy", "accuracy (%)")
-    scale = 1.0 if lm else 100.0
+    scale = dict(_curves(columns))
     test = "held-out" if lm else "test"
     epochs = [r["epoch"] for r in rows]
     fig = Figure(figsize=(9, 3.6), layout="constrained")
     loss_ax, score_ax = fig.subplots(1, 2)
     for ax, key, label in ((loss_ax, "loss", "loss (cross-entropy)"), (score_ax, score, unit)):
-        k = scale if key == score else 1.0
-        ax.plot(epochs, [k * r[f"train_{key}"] for r in rows], "o-", label="train")
-        ax.plot(epochs, [k * r[f"test_{key}"] for r in rows], "s--", label=test)
+        for split, style, name in (("train", "o-", "train"), ("test", "s--", test)):
+            k = scale[f"{split}_{key}"]
+            ax.plot(epochs, [_drawn(k * r[f"{split}_{key}"]) for r in rows], style, label=name)
         ax.set_xlabel("epoch")
         ax.set_ylabel(label)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -228,6 +279,10 @@ def _write_atomically(path: Path, data: bytes) -> None:
         raise
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `needle-plot`: draw a needle-train CSV log; the exit status."""
     parser = argparse.ArgumentParser(
@@ -251,8 +306,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(e))
     if not rows:
         parser.error(f"{args.csv} has no epochs to draw")
+    skipped = left_out(rows, columns)
+    if skipped:
+        print(f"needle-plot: left out {_plural(len(skipped), 'value')} not finite or beyond "
+              f"+-{DRAWABLE:g}: {', '.join(skipped[:5])}{', ...' if len(skipped) > 5 else ''}",
+              file=sys.stderr)
     save_figure(rows, columns, args.title or args.csv.name, out)
-    print(f"needle-plot: {len(rows)} epochs drawn to {out}", file=sys.stderr)
+    print(f"needle-plot: {_plural(len(rows), 'epoch')} drawn to {out}", file=sys.stderr)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""`needle-train`: train the course's MLPResNet, a small conv net or ResNet9.
+"""`needle-train`: train the course's MLPResNet, a conv net, ResNet9 or a language model.
 
     needle-train                        # MLPResNet on the built-in MNIST: 5k training images,
                                         # the official 10k test images
@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 import needle as ndl
 import needle.distributed as dist
-from needle.apps import curves
+from needle.apps import checks, curves
 from needle.apps.mlp_resnet import MLPResNet, NonFiniteLoss, run_epoch
 from needle.apps.mnist_cnn import MNISTConvNet
 from needle.apps.models import LanguageModel, ResNet9
@@ -92,10 +92,20 @@ def _flag(key: str) -> str:
     return "--" + key.replace("_", "-")
 
 
-def _defaults_text(key: str) -> str:
-    """A setting's default, and the models whose own default differs, for --help."""
-    others = [f"{v[key]} for {m}" for m, v in MODELS.items() if key in v]
-    return ", ".join([str(SETTINGS[key])] + others)
+def _defaults_text(key: str, unused: tuple[str, ...] = ()) -> str:
+    """A setting's default for every model (but the `unused` ones) where they differ, for
+    --help: "100 for mlp, cnn and resnet9; 20 for rnn, lstm and transformer"."""
+    by_value: dict[Any, list[str]] = {}
+    for model, own in MODELS.items():
+        if model not in unused:
+            by_value.setdefault(own.get(key, SETTINGS[key]), []).append(model)
+    if len(by_value) == 1:
+        return str(next(iter(by_value)))
+    return "; ".join(f"{value} for {_and(models)}" for value, models in by_value.items())
+
+
+def _and(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,8 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
     d = {**SETTINGS, **PLACES}
     p = argparse.ArgumentParser(
         prog="needle-train",
-        description="Train the course's MLPResNet (default) or a conv net on MNIST, or "
-                    "ResNet9 on CIFAR-10, and report test accuracy.",
+        description="Train one of the course's models and report its test accuracy or "
+                    "held-out perplexity: mlp (MLPResNet, the default) or cnn (a conv net) on "
+                    "MNIST, resnet9 (ResNet9) on CIFAR-10, or the LanguageModel with rnn, "
+                    "lstm or transformer on Penn Treebank. Defaults differ by model: each "
+                    "option lists every model's.",
         epilog="With --resume, settings left out are the stored run's; settings given must "
                "agree with it, except --epochs (which may extend the run), --device and "
                "--data-dir. Exit status: 0 done, 1 nan/inf loss or a failed checkpoint "
@@ -126,25 +139,28 @@ def build_parser() -> argparse.ArgumentParser:
              "~/.cache/needle, unless it is there already (default: off)")
     add("--epochs", type=int, help="training epochs in all (default: "
                                    f"{_defaults_text('epochs')})")
-    add("--batch-size", type=int, help=f"batch size (default: {d['batch_size']})")
+    add("--batch-size", type=int, help=f"batch size (default: {_defaults_text('batch_size')})")
     add("--optimizer", choices=sorted(OPTIMIZERS),
-        help=f"the update rule (default: {d['optimizer']})")
+        help=f"the update rule (default: {_defaults_text('optimizer')})")
     add("--lr", type=float, help=f"learning rate, the peak of the schedule "
                                  f"(default: {_defaults_text('lr')})")
-    add("--weight-decay", type=float, help=f"L2 weight decay (default: {d['weight_decay']})")
+    add("--weight-decay", type=float,
+        help=f"L2 weight decay (default: {_defaults_text('weight_decay')})")
     add("--momentum", type=float, help="SGD momentum in [0, 1), the course's u = m u + (1-m) g;"
                                        f" sgd only (default: {d['momentum']})")
     add("--hidden-dim", type=int, help="width of the residual MLP, or the embedding and hidden"
-                                       " size of rnn and lstm (default: "
-                                       f"{_defaults_text('hidden_dim')})")
+                                       " size of the language models; not used by cnn and "
+                                       "resnet9 (default: "
+                                       f"{_defaults_text('hidden_dim', ('cnn', 'resnet9'))})")
     add("--clip", type=float, help="clip the gradients' global norm to this, 0: off (default: "
                                    f"{_defaults_text('clip')})")
     add("--schedule", choices=SCHEDULES,
         help=f"learning rate over the epochs: cosine decay to 0 or constant "
-             f"(default: {d['schedule']})")
+             f"(default: {_defaults_text('schedule')})")
     add("--augment", type=int, metavar="PIXELS",
         help="random shifts of up to PIXELS for training images (CIFAR-10: and random "
-             f"horizontal flips), 0: off (default: {_defaults_text('augment')})")
+             "horizontal flips), 0: off; image models only (default: "
+             f"{_defaults_text('augment', LANGUAGE_MODELS)})")
     add("--seed", type=int, help=f"numpy seed for weights, shuffling, dropout and shifts "
                                  f"(default: {d['seed']})")
     add("--checkpoint", type=Path, metavar="FILE",
@@ -195,6 +211,8 @@ def setup(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Run:
     if config["epochs"] < start:
         parser.error(f"--epochs {config['epochs']}: {args.resume} already has {start} epochs")
     checkpoint = args.checkpoint if args.checkpoint is not None else args.resume
+    checks.distinct_files(parser, [("--checkpoint", args.checkpoint), ("--resume", args.resume),
+                                   ("--log-csv", args.log_csv), ("--plot", args.plot)])
     if args.stop_after is not None and checkpoint is None:
         parser.error("--stop-after needs --checkpoint FILE: without one nothing is saved to "
                      "continue from")
@@ -229,6 +247,7 @@ def setup(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Run:
     if not (args.distributed and dist.rank() != 0):  # under --distributed rank 0 alone writes
         run.log = curves.EpochLog.from_args(
             parser, args, language_model=config["model"] in LANGUAGE_MODELS, start=start,
+            seconds=stored["seconds"] if stored else 0.0,
             title=f"{_model_name(config)} on {DATASETS[config['model']]}, "
                   f"device {config['device']}")
     if args.distributed:  # every rank starts from rank 0's weights and buffers
@@ -286,7 +305,7 @@ def _read_checkpoint(parser: argparse.ArgumentParser, path: Path) -> dict:
         expected = {**{k: (type(v),) for k, v in SETTINGS.items()}, "device": (str,),
                     "data_dir": (str, type(None))}
         bad = [f"config[{k!r}]" for k, types in expected.items()
-               if type(ck["config"].get(k, ...)) not in types]
+               if type(ck["config"].get(k, ...)) not in types] or checks.checkpoint_fields(ck)
     if bad:
         parser.error(f"--resume: {path} is not a needle-train checkpoint of this version "
                      f"(missing or malformed: {', '.join(bad)})")
@@ -379,10 +398,12 @@ def _datasets(parser: argparse.ArgumentParser,
     try:
         files = find_mnist_files(cfg["data_dir"] or builtin_mnist_dir())
         paths = [files[name] for name in MNIST_FILES]
-        return (MNISTDataset(paths[0], paths[1], transforms=augment),
+        sets = (MNISTDataset(paths[0], paths[1], transforms=augment),
                 MNISTDataset(paths[2], paths[3]))
     except (OSError, ValueError) as e:
         parser.error(f"{where}: {e}")
+    checks.image_data(parser, where, *sets, cfg["augment"])
+    return sets
 
 
 def _cifar10(parser: argparse.ArgumentParser,
@@ -395,10 +416,12 @@ def _cifar10(parser: argparse.ArgumentParser,
     augment = ([transforms.RandomFlipHorizontal(), transforms.RandomCrop(cfg["augment"])]
                if cfg["augment"] else None)
     try:
-        return (CIFAR10Dataset(cfg["data_dir"], train=True, transforms=augment),
+        sets = (CIFAR10Dataset(cfg["data_dir"], train=True, transforms=augment),
                 CIFAR10Dataset(cfg["data_dir"], train=False))
     except (OSError, ValueError) as e:
         parser.error(f"--data-dir {cfg['data_dir']}: {e}")
+    checks.image_data(parser, f"--data-dir {cfg['data_dir']}", *sets, cfg["augment"])
+    return sets
 
 
 def _download_cifar10(parser: argparse.ArgumentParser, cfg: dict[str, Any],
@@ -417,13 +440,14 @@ def _download_cifar10(parser: argparse.ArgumentParser, cfg: dict[str, Any],
 def _ptb(parser: argparse.ArgumentParser,
          cfg: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, int]:
     """Batchified training and held-out token ids, and the vocabulary size."""
+    where = f"--data-dir {cfg['data_dir']}" if cfg["data_dir"] else "the built-in PTB set"
     try:
         corpus = Corpus(cfg["data_dir"]) if cfg["data_dir"] else builtin_ptb_corpus()
-        bs = cfg["batch_size"]
-        return batchify(corpus.train, bs), batchify(corpus.test, bs), len(corpus.dictionary)
     except (OSError, ValueError) as e:
-        where = f"--data-dir {cfg['data_dir']}" if cfg["data_dir"] else "the built-in PTB set"
         parser.error(f"{where}: {e}")
+    bs = cfg["batch_size"]
+    checks.token_data(parser, where, cfg["data_dir"], corpus, bs)
+    return batchify(corpus.train, bs), batchify(corpus.test, bs), len(corpus.dictionary)
 
 
 def _rng_state(device: ndl.Device) -> dict:
@@ -619,6 +643,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.distributed:  # one exit status for every rank; rank 0 alone prints
+        try:
+            dist.init()
+        except RuntimeError as e:  # no mpi4py or no MPI library
+            parser.error(f"--distributed: {e}")
         return launch.run_job(lambda: _main(parser, args), verbose=args.verbose)
     return _main(parser, args)
 

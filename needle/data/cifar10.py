@@ -33,11 +33,44 @@ _np_reconstruct: Callable[..., Any] = np.ndarray((0,)).__reduce__()[0]
 _np_scalar: Callable[..., Any] = np.int64(0).__reduce__()[0]
 
 
+class _NdarrayName:
+    """What the global numpy.ndarray resolves to: `_reconstruct`'s first argument, not a
+    constructor (called, it could allocate any size before the data is read)."""
+
+    def __repr__(self) -> str:
+        return "numpy.ndarray"
+
+
+_NDARRAY = _NdarrayName()
+
+
 def _reconstruct(subtype: Any, shape: Any, dtype: Any) -> np.ndarray:
-    """numpy's `_reconstruct`, for plain ndarrays only (no subclass constructors)."""
-    if subtype is not np.ndarray:
+    """numpy's `_reconstruct`, for plain, empty ndarrays only (the pickle's data fills them).
+
+    numpy pickles always call `_reconstruct(ndarray, (0,), b"b")` and then set the state,
+    which checks the shape against the bytes present: memory grows with the file, no faster.
+    """
+    if subtype is not _NDARRAY:
         raise pickle.UnpicklingError(f"_reconstruct of {subtype!r}: only numpy.ndarray allowed")
-    return _np_reconstruct(subtype, shape, dtype)
+    if shape != (0,):
+        raise pickle.UnpicklingError(f"_reconstruct with shape {shape!r}: numpy's pickles "
+                                     "use (0,)")
+    return _np_reconstruct(np.ndarray, shape, dtype)
+
+
+def _frombuffer(buf: Any, dtype: Any, shape: Any, order: Any, axis_order: Any = None
+                ) -> np.ndarray:
+    """numpy's `_frombuffer` (protocol-5 pickles of arrays), over bytes the pickle holds."""
+    if not isinstance(buf, (bytes, bytearray)) or not isinstance(dtype, np.dtype):
+        raise pickle.UnpicklingError(f"_frombuffer of {type(buf).__name__}, "
+                                     f"{type(dtype).__name__}: only bytes and a dtype allowed")
+    if not (isinstance(shape, tuple) and all(type(d) is int for d in shape)) or order not in (
+            "C", "F", "K"):
+        raise pickle.UnpicklingError(f"_frombuffer with shape {shape!r}, order {order!r}")
+    array = np.frombuffer(buf, dtype=dtype)  # sizes mismatching the bytes raise ValueError
+    if order == "K" and axis_order is not None:
+        return array.reshape(shape, order="C").transpose(axis_order)
+    return array.reshape(shape, order=order)
 
 
 def _latin1_bytes(text: Any, encoding: Any) -> bytes:
@@ -61,7 +94,9 @@ _ALLOWED_GLOBALS: dict[tuple[str, str], Any] = {
     ("numpy._core.multiarray", "_reconstruct"): _reconstruct,  # numpy 2 pickles
     ("numpy.core.multiarray", "scalar"): _np_scalar,
     ("numpy._core.multiarray", "scalar"): _np_scalar,
-    ("numpy", "ndarray"): np.ndarray,
+    ("numpy._core.numeric", "_frombuffer"): _frombuffer,  # protocol 5 (numpy >= 1.16)
+    ("numpy.core.numeric", "_frombuffer"): _frombuffer,
+    ("numpy", "ndarray"): _NDARRAY,
     ("numpy", "dtype"): np.dtype,
     ("_codecs", "encode"): _latin1_bytes,
     ("__builtin__", "bytes"): _empty_bytes,
@@ -102,7 +137,8 @@ def _unpickle(path: Path) -> Any:
     except (EOFError, pickle.UnpicklingError) as e:
         raise ValueError(f"{path}: truncated or corrupt CIFAR-10 batch: the pickle could not "
                          f"be read to its end ({type(e).__name__}: {e})") from None
-    except (ValueError, TypeError, AttributeError, IndexError, KeyError, OverflowError) as e:
+    except (ValueError, TypeError, AttributeError, IndexError, KeyError, OverflowError,
+            MemoryError) as e:
         raise ValueError(f"{path}: corrupt CIFAR-10 batch: unpickling failed "
                          f"({type(e).__name__}: {e})") from None
 

@@ -10,16 +10,19 @@ dtypes, the staging) lives in backends/mpi_buffers.py: only backends/ knows nump
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import shlex
 import sys
 from typing import Any
 
 from ..autograd import Tensor
 from ..backends.mpi_buffers import HostStaging, dtype_of, int64_pair, on_buffer
 
-INSTALL_HINT = ("needle.distributed needs mpi4py and an MPI library: pip install -e "
-                "'.[distributed]' (mpi4py and the mpich wheel), then launch with "
-                "`mpiexec -n 2 ...`")
+INSTALL_HINT = ("needle.distributed needs mpi4py and an MPI library (needle's distributed "
+                "extra: mpi4py and the mpich wheel)")
+# the distributed extra of pyproject.toml, for a needle whose metadata cannot be read
+_EXTRA_REQUIREMENTS = ("mpi4py>=4", "mpich")
 OPS = ("sum", "mean")
 
 
@@ -33,12 +36,42 @@ class _World:
     excepthook: Any = None  # the hook init() replaced, restored by finalize()
 
 
+def install_hint() -> str:
+    """INSTALL_HINT with the command that installs the extra, for how needle was installed."""
+    return f"{INSTALL_HINT}: {install_command()}, then launch with `mpiexec -n 2 ...`"
+
+
+def install_command(extra: str = "distributed") -> str:
+    """`pip install -e 'SOURCE[extra]'` for an editable needle, else pip install of the
+    extra's requirements (a wheel or index install has no source folder to point at)."""
+    from importlib import metadata
+    from urllib.parse import urlparse
+    from urllib.request import url2pathname
+
+    try:
+        found = metadata.distribution("needle")
+        origin = json.loads(found.read_text("direct_url.json") or "{}")
+        requires = found.requires or []
+    except (metadata.PackageNotFoundError, ValueError, OSError):
+        origin, requires = {}, []
+    url = origin.get("url", "") if isinstance(origin, dict) else ""
+    editable = isinstance(origin, dict) and (origin.get("dir_info") or {}).get("editable")
+    if editable and url.startswith("file://"):
+        source = url2pathname(urlparse(url).path)
+        return f"pip install -e {shlex.quote(f'{source}[{extra}]')}"
+    marker = f'extra == "{extra}"'
+    wanted = [r.split(";")[0].strip() for r in requires if marker in r.replace("'", '"')]
+    if not wanted and extra == "distributed":
+        wanted = list(_EXTRA_REQUIREMENTS)
+    return "pip install " + " ".join(shlex.quote(r) for r in wanted)
+
+
 def _mpi() -> Any:
     """The mpi4py.MPI module, or a RuntimeError with the install hint."""
     try:
         from mpi4py import MPI
     except ImportError as e:
-        raise RuntimeError(f"{INSTALL_HINT} ({e})") from None
+        raise RuntimeError(f"{install_hint()} ({e})") from None
     return MPI
 
 

@@ -16,7 +16,7 @@ def as_index_array(xp: Any, array: Any, n: int, who: str, what: str = "indices",
     host (the loss read, say), and bad entries are replaced by 0 meanwhile, so no kernel
     ever indexes out of bounds.
     """
-    floating = xp.isdtype(array.dtype, "real floating")
+    floating, array_dtype = xp.isdtype(array.dtype, "real floating"), array.dtype
     if floating:
         bad = (array < 0) | (array >= n) | (xp.floor(array) != array)  # NaN is bad too
     elif xp.isdtype(array.dtype, "integral"):
@@ -26,15 +26,17 @@ def as_index_array(xp: Any, array: Any, n: int, who: str, what: str = "indices",
         raise TypeError(f"{who}: expected integer {what} (or floats holding whole numbers), "
                         f"found dtype {array.dtype}")
     if device is not None and device.defers_checks:
-        device.defer_check(xp.any(bad), lambda: _message(xp, array, bad, n, who, what))
+        device.defer_check(xp.any(bad),
+                           lambda: _message(xp, array, array_dtype, bad, n, who, what))
         return xp.astype(xp.where(bad, xp.zeros_like(array), array), xp.int64, copy=False)
     if bool(xp.any(bad)):  # the one read back; on failure, one more to name the value
-        raise ValueError(_message(xp, array, bad, n, who, what))
+        raise ValueError(_message(xp, array, array_dtype, bad, n, who, what))
     return xp.astype(array, xp.int64, copy=False)
 
 
-def _message(xp: Any, array: Any, bad: Any, n: int, who: str, what: str) -> str:
-    """What is wrong with the first bad entry of `array` (reads it back)."""
+def _message(xp: Any, array: Any, given: Any, bad: Any, n: int, who: str, what: str) -> str:
+    """What is wrong with the first bad entry of `array` (reads it back); `given` is the
+    dtype the caller passed, before the cast to int64."""
     first = int(xp.argmax(xp.astype(xp.reshape(bad, (-1,)), xp.int8)))
     value = xp.reshape(array, (-1,))[first]
     if xp.isdtype(array.dtype, "real floating"):
@@ -43,4 +45,6 @@ def _message(xp: Any, array: Any, bad: Any, n: int, who: str, what: str) -> str:
             return f"{who}: {what} must be whole numbers, found {value}"
     else:
         value = int(value)
+        if value < 0 and xp.isdtype(given, "unsigned integer"):
+            value += 2 ** xp.iinfo(array.dtype).bits  # wrapped by the cast: the value as given
     return f"{who}: {what} must be in [0, {n}), found {value}"
