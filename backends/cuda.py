@@ -16,7 +16,8 @@ from .kernels import (
     strided_im2col,
 )
 
-INSTALL_HINT = "install the GPU extra with `pip install needle[cuda]` (cupy-cuda12x)"
+INSTALL_HINT = ("install the GPU extra for your CUDA version (nvidia-smi's \"CUDA Version\"): "
+                "`pip install needle[cuda12]` or `pip install needle[cuda13]`")
 
 
 class CUDADevice(Device):

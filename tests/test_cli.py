@@ -241,7 +241,7 @@ def test_checkpoint_in_a_read_only_folder_is_a_usage_error(tmp_path, fast, capsy
 def test_cuda_without_a_gpu_is_a_usage_error(fast, capsys):
     if ndl.cuda().enabled():
         pytest.skip("a GPU is present")
-    assert "pip install needle[cuda]" in usage_error(["--device", "cuda", *fast], capsys)
+    assert "pip install needle[cuda12]" in usage_error(["--device", "cuda", *fast], capsys)
 
 
 def test_resume_with_other_settings_lists_every_clash(tmp_path, capsys):

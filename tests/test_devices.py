@@ -97,7 +97,7 @@ def test_cuda_can_be_constructed_and_asked_without_a_gpu():
     if dev.enabled():
         pytest.skip("a GPU is present: the disabled path is tested on machines without one")
     assert dev.enabled() is False
-    with pytest.raises(RuntimeError, match=r"pip install needle\[cuda\]"):
+    with pytest.raises(RuntimeError, match=r"pip install needle\[cuda12\]"):
         ndl.Tensor([1.0], device=dev)
     with pytest.raises(RuntimeError, match="cuda"):
         dev.zeros(2)
@@ -126,7 +126,7 @@ def test_cuda_probe_logic_with_a_fake_cupy(monkeypatch):
     dev = CUDADevice(0)
     assert not dev.enabled()
     assert "cudaErrorNoDevice" in dev.unavailable_reason()
-    assert "pip install needle[cuda]" in dev.unavailable_reason()
+    assert "pip install needle[cuda12]" in dev.unavailable_reason()
 
 
 def test_strict_devices_reject_mixing():
