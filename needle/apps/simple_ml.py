@@ -159,8 +159,8 @@ def run_lm_epoch(data: np.ndarray, model: nn.Module, loss_fn, opt=None, seq_len:
         value, n = float(loss.numpy()), y.shape[0]
         if not math.isfinite(value):
             raise NonFiniteLoss(window, value)
-        correct += int(xp.sum(xp.astype(xp.argmax(logits.cached_data, axis=1)
-                                        == xp.astype(y.cached_data, xp.int64), xp.int64)))
+        correct += int(xp.sum(xp.astype(xp.argmax(logits._array, axis=1)
+                                        == xp.astype(y._array, xp.int64), xp.int64)))
         total += value * n
         count += n
         if bar is not None:

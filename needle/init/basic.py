@@ -59,7 +59,7 @@ def one_hot(n, i, device=None, dtype="float32", requires_grad=False):
     """One-hot rows of length `n` for the labels `i` (integers, or floats holding whole numbers)."""
     device = default_device() if device is None else device
     if isinstance(i, Tensor):
-        i = i.realize_cached_data()
+        i = i._realize()
     if not device.owns(i):
         i = device.asarray(i)
     labels = as_index_array(device.xp, i, n, "one_hot", "labels")

@@ -151,7 +151,7 @@ class Dropout(Module):
             return x
         xp = device.xp
         keep = 1.0 - self.p
-        data = x.realize_cached_data()
+        data = x._realize()
         draws = device.rand(*x.shape)  # one float64 draw per entry, numpy's global state
         # the mask and the scale fused into one constant, so the graph gets one multiply
         scale = xp.astype(draws < keep, data.dtype) / keep

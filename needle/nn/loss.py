@@ -27,6 +27,6 @@ class SoftmaxLoss(Module):
             raise ValueError(f"SoftmaxLoss: logits on {logits.device}, labels on {y.device}; "
                              "move them with .to()")
         # one 0-d reduction read back: the only host sync of the loss
-        labels = as_index_array(y.device.xp, y.realize_cached_data(), k, "SoftmaxLoss", "labels")
+        labels = as_index_array(y.device.xp, y._realize(), k, "SoftmaxLoss", "labels")
         # one fused op: shifted by the row max first, so huge float32 logits keep their answer
         return ops.softmax_cross_entropy(logits, labels)

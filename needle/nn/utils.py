@@ -32,7 +32,7 @@ def clip_grad_norm_(parameters: Tensor | Iterable[Tensor], max_norm: float,
     for param in params:
         grad = param.grad
         xp = grad.device.xp
-        norm = _norm(xp, grad.realize_cached_data(), p)
+        norm = _norm(xp, grad._realize(), p)
         by_device.setdefault(grad.device, []).append(xp.astype(norm, xp.float64))
     norms = [float(_norm(d.xp, d.xp.stack(ns), p)) for d, ns in by_device.items()]
     total = max(norms) if math.isinf(p) else math.fsum(n ** p for n in norms) ** (1.0 / p)
@@ -40,6 +40,6 @@ def clip_grad_norm_(parameters: Tensor | Iterable[Tensor], max_norm: float,
     if coef < 1.0:
         for param in params:
             grad = param.grad
-            param.grad = Tensor.make_const(grad.realize_cached_data() * coef,
+            param.grad = Tensor.make_const(grad._realize() * coef,
                                            device=grad.device)
     return total

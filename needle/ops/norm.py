@@ -63,7 +63,7 @@ class Normalize(TensorOp):
     def vjp(self, g, node):
         saved, self._saved = self._saved, None
         return (NormalizeGrad(self.axes, self.eps, saved).compute(
-            node.inputs[0].realize_cached_data(), g),)
+            node.inputs[0]._realize(), g),)
 
 
 def normalize(x: Tensor, axes, eps: float = 1e-5) -> Tensor:
