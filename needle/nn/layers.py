@@ -140,7 +140,7 @@ class Dropout(Module):
         self.p = float(p)
 
     def forward(self, x: Tensor) -> Tensor:
-        """x * mask / (1 - p) with mask = rand < 1 - p in training; x in eval."""
+        """x * mask / (1 - p) with mask = rand <= 1 - p in training; x in eval."""
         if not self.training:
             return x
         device = x.device
@@ -149,13 +149,11 @@ class Dropout(Module):
             # draws after this one stay the course's, but skip building and multiplying it
             device.skip_rand(math.prod(x.shape))
             return x
-        xp = device.xp
         keep = 1.0 - self.p
-        data = x._realize()
-        draws = device.rand(*x.shape)  # one float64 draw per entry, numpy's global state
-        # the mask and the scale fused into one constant, so the graph gets one multiply
-        scale = xp.astype(draws < keep, data.dtype) / keep
-        return x * Tensor.make_const(scale, device=device)
+        # the course's randb(p=1-p): a float64 draw per entry, rand <= keep on the host (the
+        # same mask on every device), then x * mask / keep in the course's float32 order
+        mask = device.bernoulli(x.shape, keep, dtype=x._realize().dtype)
+        return x * Tensor.make_const(mask, device=device) / keep
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
