@@ -96,7 +96,6 @@ class NDArray(metaclass=_AnyDeviceArray):
     """
 
     __slots__ = ("_array", "device")
-    __array_ufunc__ = None  # numpy operands defer to NDArray's reflected operators
 
     def __init__(self, other: Any, device: Device | None = None):
         made = array(other, dtype="float32", device=device)
@@ -136,6 +135,7 @@ class NDArray(metaclass=_AnyDeviceArray):
         return self.device.to_numpy(self._array)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        """The host copy, for numpy's functions (`np.asarray`, `np.testing`, ufuncs)."""
         host = self.device.to_numpy(self._array)
         return host if dtype is None else host.astype(dtype)
 

@@ -131,6 +131,7 @@ def test_cached_data_has_the_courses_ndarray_surface(device):
         np.testing.assert_allclose(got.numpy(), expected, rtol=1e-6)
         assert got.numpy().dtype == np.float32
     np.testing.assert_array_equal(np.asarray(a), data)  # __array__, for numpy's functions
+    np.testing.assert_array_equal(np.abs(-a), data)
     with pytest.raises(TypeError, match="read-only"):
         a[0] = 1.0
     with pytest.raises(IndexError):
