@@ -322,6 +322,39 @@ class Device:
         """The namespace's `from_dlpack` (called with the memory on this device)."""
         return self.xp.from_dlpack(obj)
 
+    # ----- initialisers: float64 arithmetic on the host, then one cast, as the course ----------
+    # (on the device, in float32 where it has no float64, the numbers would differ by a
+    # rounding step from device to device; done here they are the same bits everywhere)
+    def uniform(self, shape: tuple[int, ...], low: float = 0.0, high: float = 1.0,
+                dtype: Any = "float32") -> Any:
+        """`np.random.rand(*shape) * (high - low) + low` in float64 on the host, cast to
+        `dtype` (None: float64) there, then placed on this device."""
+        self._require()  # an unavailable device raises before the draw changes numpy's state
+        native = self.dtype(dtype)
+        return self._host_result(np.random.rand(*shape) * (high - low) + low, native)
+
+    def normal(self, shape: tuple[int, ...], mean: float = 0.0, std: float = 1.0,
+               dtype: Any = "float32") -> Any:
+        """`np.random.randn(*shape) * std + mean` in float64 on the host, cast to `dtype`
+        (None: float64) there, then placed on this device."""
+        self._require()
+        native = self.dtype(dtype)
+        return self._host_result(np.random.randn(*shape) * std + mean, native)
+
+    def bernoulli(self, shape: tuple[int, ...], p: float = 0.5, dtype: Any = "bool") -> Any:
+        """`np.random.rand(*shape) <= p` (float64 draws compared on the host), as `dtype`
+        (None: bool), placed on this device."""
+        self._require()
+        native = self.dtype(dtype)
+        return self._host_result(np.random.rand(*shape) <= p, native)
+
+    def _host_result(self, host: Any, native: Any) -> Any:
+        """A fresh host result cast to `native` (None: as it is) on the host, on this device."""
+        host = np.asarray(host)
+        if native is not None:
+            host = host.astype(self.public_dtype(native), copy=False)
+        return self.adopt_numpy(host)
+
     # ----- conversion -----------------------------------------------------------------
     def owns(self, array: Any) -> bool:
         """True when `array` is a native array of this device's namespace on this device."""

@@ -58,7 +58,7 @@ def _fit(inp: Value, partial: Any) -> Any:
     """A user op's adjoint summed back to its input's shape where it was broadcast."""
     if partial is None or isinstance(inp, TensorTuple):
         return partial
-    shape = inp.realize_cached_data().shape
+    shape = inp._realize().shape
     return partial if partial.shape == shape else sum_array_to_shape(partial, tuple(shape))
 
 
@@ -75,7 +75,7 @@ def _sum_tuples(partials: list[tuple]) -> tuple:
 def _through_gradient(op: Any, grad: Any, node: Value) -> tuple:
     """The op's `gradient` on a constant Tensor (no graph is recorded), unwrapped."""
     if isinstance(node, TensorTuple):
-        data = node.realize_cached_data()
+        data = node._realize()
         full = tuple(namespace(data[i]).zeros_like(data[i]) if g is None else g
                      for i, g in enumerate(grad))
         wrapped = TensorTuple.make_const(full, device=node.device)
@@ -92,10 +92,10 @@ def _unwrap(part: Value | None) -> Any:
     if part is None:
         return None
     if part.__class__ is OneHotAdjoint:
-        out: list = [None] * len(part.realize_cached_data())
-        out[part.index] = part.element.realize_cached_data()
+        out: list = [None] * len(part._realize())
+        out[part.index] = part.element._realize()
         return tuple(out)
-    return part.realize_cached_data()
+    return part._realize()
 
 
 from .ops.movement import sum_array_to_shape  # noqa: E402

@@ -5,7 +5,9 @@ from __future__ import annotations
 import weakref
 from typing import Any, Iterable
 
-from .backend_ndarray import course_getattr
+from .backend_ndarray import NDArray, course_getattr
+from .backend_ndarray import unwrap as _raw
+from .backend_ndarray import view as _course_view
 from .backends import Device, default_device, device_of
 from .grad_mode import (  # noqa: F401  (re-exported: needle.autograd.no_grad is course API)
     _grad_enabled,
@@ -66,23 +68,41 @@ class TensorTupleOp(Op):
 class Value:
     """A node of the computational graph: an op, its inputs and the cached result."""
 
-    __slots__ = ("op", "inputs", "cached_data", "requires_grad", "device", "_grad",
+    # `_array` holds the device's raw array (a tuple of them for a TensorTuple; None until a
+    # lazy value is computed): the framework reads and writes it directly. Course code sees
+    # it through `cached_data` and `realize_cached_data()`, as backend_ndarray.NDArray views.
+    __slots__ = ("op", "inputs", "_array", "requires_grad", "device", "_grad",
                  "__weakref__")
 
     op: Op | None
     inputs: tuple[Value, ...]
-    cached_data: Any
+    _array: Any
     requires_grad: bool
     device: Device
 
-    def realize_cached_data(self) -> Any:
-        """Run the computation (if it has not run yet) and return the cached array."""
-        if self.cached_data is None:
+    def _realize(self) -> Any:
+        """Run the computation (if it has not run yet) and return the raw cached array."""
+        if self._array is None:
             # iterative, so a long lazy chain cannot hit the recursion limit
             for node in find_topo_sort([self]):
-                if node.cached_data is None:
-                    node.cached_data = node.op.compute(*[x.cached_data for x in node.inputs])
-        return self.cached_data
+                if node._array is None:
+                    node._array = node.op.compute(*[x._array for x in node.inputs])
+        return self._array
+
+    def realize_cached_data(self) -> Any:
+        """The course's accessor: the cached array, computed first if it is lazy, as an
+        NDArray view (`.numpy()`, `.shape`, `.device`, ...) sharing the tensor's data."""
+        return _course_view(self._realize(), self.device)
+
+    @property
+    def cached_data(self) -> Any:
+        """The course's cached array as an NDArray view sharing the tensor's data (None
+        before a lazy value is computed); assigning an NDArray or a device array replaces it."""
+        return _course_view(self._array, self.device)
+
+    @cached_data.setter
+    def cached_data(self, data: Any) -> None:
+        self._array = _raw(data)
 
     @property
     def grad(self) -> Value | None:
@@ -94,7 +114,7 @@ class Value:
             return grad()
         # backward() without a graph leaves the adjoint's array: a constant when first read
         if isinstance(grad, tuple):  # a TensorTuple's, None for its zero elements
-            data = self.realize_cached_data()
+            data = self._realize()
             grad = TensorTuple.make_const(
                 tuple(self.device.xp.zeros_like(d) if g is None else g
                       for d, g in zip(data, grad)), device=self.device)
@@ -122,7 +142,7 @@ class Value:
         non-leaf comes back as a leaf holding its value (like `detach()`, but still
         requiring grad when it did).
         """
-        data, device = self.realize_cached_data(), self.device
+        data, device = self._realize(), self.device
         if isinstance(data, tuple):  # a TensorTuple
             host = tuple(device.to_numpy(a) for a in data)
         else:
@@ -144,7 +164,7 @@ class Value:
         TENSOR_COUNTER += 1
         self.op = op
         self.inputs = tuple(inputs)
-        self.cached_data = cached_data
+        self._array = _raw(cached_data)
         self.requires_grad = requires_grad
         self.device = device
         self._grad = None
@@ -153,8 +173,9 @@ class Value:
     def make_const(cls, data: Any, requires_grad: bool = False, *, device: Device | None = None):
         """A leaf holding `data` (a device array) as is: no copy, no graph."""
         value = cls.__new__(cls)
-        value._init(None, (), cached_data=data, requires_grad=requires_grad,
-                    device=device if device is not None else device_of(data))
+        value._init(None, (), cached_data=data, requires_grad=requires_grad, device=device)
+        if device is None:
+            value.device = device_of(value._array)
         return value
 
     @classmethod
@@ -181,14 +202,14 @@ class Value:
         value._grad = None
         value.requires_grad = requires_grad
         if LAZY_MODE:
-            value.op, value.inputs, value.cached_data = op, inputs, None
+            value.op, value.inputs, value._array = op, inputs, None
             return value
-        arrays = [x.cached_data for x in inputs]
+        arrays = [x._array for x in inputs]
         for array in arrays:
             if array is None:  # an input built in lazy mode
-                arrays = [x.realize_cached_data() for x in inputs]
+                arrays = [x._realize() for x in inputs]
                 break
-        value.cached_data = op.compute(*arrays)
+        value._array = op.compute(*arrays)
         if requires_grad:
             value.op, value.inputs = op, inputs
         else:  # nothing to differentiate: keep no references to the inputs
@@ -214,7 +235,7 @@ class TensorTuple(Value):
     __slots__ = ()
 
     def __len__(self) -> int:
-        return len(self.realize_cached_data())
+        return len(self._realize())
 
     def __getitem__(self, index: int) -> Tensor:
         from .ops import tuple_get_item
@@ -243,7 +264,7 @@ class TensorTuple(Value):
 
     def detach(self) -> TensorTuple:
         """A constant TensorTuple sharing the data."""
-        return TensorTuple.make_const(self.realize_cached_data(), device=self.device)
+        return TensorTuple.make_const(self._realize(), device=self.device)
 
 
 class Tensor(Value):
@@ -268,10 +289,13 @@ class Tensor(Value):
                     f"Tensor() got unexpected keyword argument(s) {', '.join(map(repr, kwargs))}"
                     "; it takes device, dtype and requires_grad"
                 )
+            if array.__class__ is NDArray:  # the course's NDArray: its device's array
+                device = array.device if device is None else device
+                array = array._array
             if isinstance(array, Tensor):
                 device = array.device if device is None else device
                 dtype = array.dtype if dtype is None else dtype
-                data = device.asarray(array.realize_cached_data(), dtype=dtype)
+                data = device.asarray(array._realize(), dtype=dtype)
             else:
                 device = default_device() if device is None else device
                 data = device.asarray(array, dtype=dtype)
@@ -285,22 +309,22 @@ class Tensor(Value):
     @property
     def shape(self) -> tuple[int, ...]:
         """The shape, a tuple of ints."""
-        data = self.cached_data
-        return tuple((self.realize_cached_data() if data is None else data).shape)
+        data = self._array
+        return tuple((self._realize() if data is None else data).shape)
 
     @property
     def dtype(self) -> Any:
         """The dtype, comparing equal to its name (`t.dtype == "float32"`) on every device."""
-        return self.device.public_dtype(self.realize_cached_data().dtype)
+        return self.device.public_dtype(self._realize().dtype)
 
     @property
     def ndim(self) -> int:
         """Number of dimensions."""
-        return len(self.realize_cached_data().shape)
+        return len(self._realize().shape)
 
     def numpy(self):
         """A host (numpy) copy of the data."""
-        return self.device.to_numpy(self.realize_cached_data())
+        return self.device.to_numpy(self._realize())
 
     def item(self) -> float | int | bool:
         """The value of a one-element tensor as a Python number."""
@@ -335,7 +359,7 @@ class Tensor(Value):
     # ----- graph members -----------------------------------------------------------------
     def detach(self) -> Tensor:
         """A new constant tensor sharing this tensor's storage."""
-        return Tensor.make_const(self.realize_cached_data(), device=self.device)
+        return Tensor.make_const(self._realize(), device=self.device)
 
     @property
     def data(self) -> Tensor:
@@ -351,7 +375,7 @@ class Tensor(Value):
                 f".data dtype mismatch: this tensor is {self.dtype}, the new data is "
                 f"{value.dtype}"
             )
-        self.cached_data = value.realize_cached_data()
+        self._array = value._realize()
         self.device = value.device
 
     def backward(self, out_grad: Tensor | None = None, *, create_graph: bool = True) -> None:
@@ -366,7 +390,7 @@ class Tensor(Value):
         """
         if out_grad is None:
             out_grad = Tensor.make_const(
-                self.device.ones(self.shape, dtype=self.realize_cached_data().dtype),
+                self.device.ones(self.shape, dtype=self._realize().dtype),
                 device=self.device,
             )
         else:
@@ -520,7 +544,7 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
     if not _grad_enabled():  # no graph to record: the adjoints as raw arrays
         from .array_backward import backward_arrays
 
-        backward_arrays(output_tensor, out_grad.realize_cached_data())
+        backward_arrays(output_tensor, out_grad._realize())
         return
     partials_of: dict[Value, list[Value]] = {output_tensor: [out_grad]}
     for node in reversed(find_topo_sort([output_tensor], requiring_grad=True)):
@@ -548,8 +572,8 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
             if partial is None or not inp.requires_grad:
                 continue
             if not isinstance(inp, TensorTuple):
-                shape = (inp.cached_data if inp.cached_data is not None else _data(inp)).shape
-                pdata = partial.cached_data
+                shape = (inp._array if inp._array is not None else _data(inp)).shape
+                pdata = partial._array
                 if (pdata if pdata is not None else _data(partial)).shape != shape:
                     partial = _ops.sum_to_shape(partial, tuple(shape))
             pending = partials_of.get(inp)
@@ -575,7 +599,7 @@ def _sum_tuple_adjoints(partials: list[Value]) -> Value:
     columns: list[list[Value | None]] | None = None
     for partial in partials:
         if partial.__class__ is OneHotAdjoint:
-            elems: list[Value | None] = [None] * len(partial.realize_cached_data())
+            elems: list[Value | None] = [None] * len(partial._realize())
             elems[partial.index] = partial.element
         elif isinstance(partial.op, _ops.MakeTensorTuple):
             elems = list(partial.inputs)
@@ -596,8 +620,8 @@ def _sum_tuple_adjoints(partials: list[Value]) -> Value:
 
 def _data(value: Value) -> Any:
     """The value's array, computing it first in lazy mode."""
-    data = value.cached_data
-    return value.realize_cached_data() if data is None else data
+    data = value._array
+    return value._realize() if data is None else data
 
 
 from . import ops as _ops  # noqa: E402  (ops imports this module; bound after Tensor exists)

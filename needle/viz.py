@@ -274,7 +274,7 @@ def _plain_text(value: Any) -> str | None:
 
 def _shape_text(node: Value) -> str:
     """`(2, 3) float32`, read from the cached array; a TensorTuple lists its parts."""
-    data = node.cached_data
+    data = node._array
     if data is None:
         return "not computed yet"
     arrays = data if isinstance(node, TensorTuple) else (data,)
@@ -285,7 +285,7 @@ def _shape_text(node: Value) -> str:
 
 def _values_text(node: Value, limit: int = 6) -> str:
     """The first few values (a host copy: the one thing that reads data)."""
-    data = node.cached_data
+    data = node._array
     if data is None or isinstance(node, TensorTuple):
         return "values: -"
     flat = node.device.to_numpy(data).reshape(-1)

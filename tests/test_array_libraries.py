@@ -79,7 +79,7 @@ def test_torch_tensors_never_require_grad():
     x = ndl.Tensor(np.ones((2, 3)), device=dev, dtype="float32")
     w = ndl.init.randn(3, 2, device=dev, requires_grad=True)
     (x @ w).relu().sum().backward()
-    for array in (x.cached_data, w.cached_data, w.grad.cached_data, dev.rand(2)):
+    for array in (x._array, w._array, w.grad._array, dev.rand(2)):
         assert array.requires_grad is False
 
 

@@ -61,7 +61,7 @@ def test_tensor_from_tensor_copies_to_device(device):
 def test_members(device):
     t = ndl.Tensor(np.zeros((2, 3, 4)), device=device, dtype="float32")
     assert t.shape == (2, 3, 4) and t.ndim == 3 and t.device == device
-    assert t.cached_data is t.realize_cached_data()  # the stored array itself
+    assert t._array is t._realize()  # the stored array itself
     assert isinstance(t.numpy(), np.ndarray)
     assert t.requires_grad
     t.requires_grad = False
@@ -108,7 +108,7 @@ def test_course_init_makes_a_leaf(device):
     data = device.asarray([1.0, 2.0])
     t = ndl.Tensor.__new__(ndl.Tensor)
     t._init(None, [], cached_data=data, requires_grad=True, device=device)
-    assert t.is_leaf() and t.inputs == () and t.requires_grad and t.cached_data is data
+    assert t.is_leaf() and t.inputs == () and t.requires_grad and t._array is data
     (t * 2).sum().backward()
     np.testing.assert_allclose(t.grad.numpy(), [2.0, 2.0])
 
@@ -298,8 +298,8 @@ def test_no_grad_as_decorator():
 def test_detach_and_data_share_storage_and_add_no_node(device, quiet_gc):
     w = ndl.Tensor([1.0, 2.0], device=device, dtype="float32")
     d = w.detach()
-    assert d.cached_data is w.cached_data and d.op is None and not d.requires_grad
-    assert w.data.cached_data is w.cached_data
+    assert d._array is w._array and d.op is None and not d.requires_grad
+    assert w.data._array is w._array
     g = ndl.Tensor([10.0, 10.0], device=device, dtype="float32")
     before = autograd.TENSOR_COUNTER
     w.data = w.data + (-0.1) * g.data

@@ -12,15 +12,18 @@ import needle as ndl
 import needle.backend_ndarray as nd
 
 
-def test_array_makes_a_float32_array_of_the_device(device):
+def test_array_makes_a_float32_ndarray_of_the_device(device):
     a = nd.array([[1, 2], [3, 4]], device=device)
-    assert device.owns(a) and device.public_dtype(a.dtype) == np.float32
-    np.testing.assert_array_equal(device.to_numpy(a), [[1, 2], [3, 4]])
-    # from a numpy array and from another device's array alike
+    assert type(a) is nd.NDArray and a.device == device and device.owns(a._array)
+    assert a.dtype == np.float32 and a.dtype == "float32"
+    np.testing.assert_array_equal(a.numpy(), [[1, 2], [3, 4]])
+    # from a numpy array, from another device's NDArray and from a raw array alike
     b = nd.array(np.arange(3, dtype=np.int64), device=device)
-    assert device.owns(b) and device.public_dtype(b.dtype) == np.float32
+    assert device.owns(b._array) and b.dtype == np.float32
     c = nd.array(nd.array([0.5, 1.5], device=ndl.cpu()), device=device)
-    np.testing.assert_array_equal(device.to_numpy(c), [0.5, 1.5])
+    np.testing.assert_array_equal(c.numpy(), [0.5, 1.5])
+    d = nd.array(device.asarray([2.5]))
+    assert d.device == device and d.numpy().tolist() == [2.5]
 
 
 @pytest.mark.parametrize("dtype, data, expected", [
@@ -32,21 +35,23 @@ def test_array_makes_a_float32_array_of_the_device(device):
 ])
 def test_array_dtypes(device, dtype, data, expected):
     a = nd.array(data, dtype=dtype, device=device)
-    assert device.owns(a) and device.public_dtype(a.dtype) == expected
+    assert device.owns(a._array) and a.dtype == expected
 
 
 def test_array_defaults_to_the_default_device():
     a = nd.array([1.0, 2.0])
-    assert ndl.default_device().owns(a) and type(a) is np.ndarray and a.dtype == np.float32
+    assert a.device == ndl.default_device() and type(a._array) is np.ndarray
+    assert a.dtype == np.float32
     source = np.ones(2, np.float32)
-    assert nd.array(source) is not source  # a copy, as the course's array() makes
+    assert nd.array(source)._array is not source  # a copy, as the course's array() makes
 
 
 def test_ndarray_isinstance_holds_for_every_devices_arrays(device):
     assert isinstance(device.zeros(2), nd.NDArray)
     assert isinstance(nd.array([1.0], device=device), nd.NDArray)
+    assert isinstance(nd.array([1.0], device=device)._array, nd.NDArray)
     x = ndl.Tensor([1.0, 2.0], device=device)
-    assert isinstance(x.cached_data, nd.NDArray)
+    assert isinstance(x.cached_data, nd.NDArray) and isinstance(x._array, nd.NDArray)
     assert isinstance(x.sum().realize_cached_data(), nd.NDArray)  # 0-d results too
     assert isinstance(device.zeros(2, dtype="bool"), nd.NDArray)
 
@@ -73,9 +78,127 @@ def test_ndarray_isinstance_recognises_cupy_arrays_by_their_type():
 
 def test_ndarray_constructor_is_the_courses(device):
     a = nd.NDArray(np.arange(4, dtype=np.int64).reshape(2, 2), device=device)
-    assert device.owns(a) and device.public_dtype(a.dtype) == np.float32
-    assert isinstance(a, nd.NDArray)
-    assert type(nd.NDArray([1, 2])) is np.ndarray  # default device
+    assert type(a) is nd.NDArray and device.owns(a._array) and a.dtype == np.float32
+    assert isinstance(a, nd.NDArray) and a.device == device
+    assert nd.NDArray([1, 2]).device == ndl.default_device()  # lists: the default device
+    # an NDArray or a device's array keeps its device; the result is a float32 copy
+    b = nd.NDArray(a)
+    assert b.device == device and b._array is not a._array
+    c = nd.NDArray(device.asarray(np.ones(2, np.float64)))
+    assert c.device == device and c.dtype == np.float32
+    np.testing.assert_array_equal(nd.NDArray(a, device=ndl.cpu()).numpy(), [[0, 1], [2, 3]])
+
+
+def test_ndarray_pad_as_in_the_course(device):
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    padded = nd.NDArray(x, device=device).pad(((0, 0), (1, 1)))
+    assert type(padded) is nd.NDArray and padded.shape == (2, 5)
+    np.testing.assert_array_equal(padded.numpy(), np.pad(x, ((0, 0), (1, 1))))
+    with pytest.raises(ValueError, match="pairs"):
+        nd.NDArray(x, device=device).pad(((1, 1),))
+
+
+def test_cached_data_has_the_courses_ndarray_surface(device):
+    data = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    t = ndl.Tensor(data, device=device, requires_grad=True)
+    for a in (t.cached_data, t.realize_cached_data()):
+        assert type(a) is nd.NDArray and a._array is t._array  # a view: no copy
+        np.testing.assert_array_equal(a.numpy(), data)
+        assert a.shape == (2, 3, 4) and a.dtype == "float32" and a.device == device
+        assert a.ndim == 3 and a.size == 24 and len(a) == 2
+    a = t.cached_data
+    assert a.compact() is a and a.is_compact()
+    checks = [
+        (a.reshape((6, 4)), data.reshape(6, 4)),
+        (a.permute((2, 0, 1)), data.transpose(2, 0, 1)),
+        (a[:1].broadcast_to((3, 3, 4)), np.broadcast_to(data[:1], (3, 3, 4))),
+        (a.flip((0, 2)), data[::-1, :, ::-1]),
+        (a.pad(((0, 0), (1, 0), (0, 2))), np.pad(data, ((0, 0), (1, 0), (0, 2)))),
+        (a[1, 0:3:2, -1], data[1:2, 0:3:2, 3:4]),  # an int keeps its axis, as in the course
+        (a[1], data[1:2]),
+        (a[:, ::-1], data[:, ::-1]),
+        (a + 1, data + 1), (2 - a, 2 - data), (a * a, data * data), (a / 2, data / 2),
+        (-a, -data), (a ** 2, data ** 2), (a.reshape((6, 4)) @ a.reshape((4, 6)),
+                                           data.reshape(6, 4) @ data.reshape(4, 6)),
+        (a > 5, (data > 5).astype(np.float32)), (a == 3, (data == 3).astype(np.float32)),
+        (a.sum(axis=1), data.sum(axis=1)), (a.max(axis=2, keepdims=True),
+                                             data.max(axis=2, keepdims=True)),
+        (a.maximum(7.0), np.maximum(data, 7)), (a.exp().log(), np.log(np.exp(data))),
+        (a.tanh(), np.tanh(data)),
+    ]
+    for got, expected in checks:
+        assert type(got) is nd.NDArray and got.device == device
+        np.testing.assert_allclose(got.numpy(), expected, rtol=1e-6)
+        assert got.numpy().dtype == np.float32
+    np.testing.assert_array_equal(np.asarray(a), data)  # __array__, for numpy's functions
+    np.testing.assert_array_equal(np.abs(-a), data)
+    with pytest.raises(TypeError, match="read-only"):
+        a[0] = 1.0
+    with pytest.raises(IndexError):
+        a[2]
+
+
+def test_grad_and_tuple_cached_data_are_ndarrays(device):
+    x = ndl.Tensor([[1.0, 2.0], [3.0, 4.0]], device=device, dtype="float32")
+    (x * x).sum().backward()
+    np.testing.assert_array_equal(x.grad.cached_data.numpy(), [[2, 4], [6, 8]])
+    parts = ndl.ops.split(x, 0).realize_cached_data()
+    assert isinstance(parts, tuple) and all(type(p) is nd.NDArray for p in parts)
+    np.testing.assert_array_equal(parts[1].numpy(), [3, 4])
+
+
+def test_course_code_can_build_tensors_from_ndarrays(device):
+    w = ndl.Tensor([[1.0, -2.0]], device=device, dtype="float32", requires_grad=True)
+    view = w.cached_data
+    for t in (ndl.Tensor(view), ndl.Tensor.make_const(view), ndl.Tensor(nd.array([[1.0, -2.0]],
+                                                                                 device=device))):
+        assert t.device == device and device.owns(t._array)
+        np.testing.assert_array_equal(t.numpy(), [[1, -2]])
+    assert ndl.Tensor.make_const(view)._array is w._array  # make_const keeps the array
+    # a ReLU gradient in the course's style: a mask built from realize_cached_data()
+    mask = ndl.Tensor(w.realize_cached_data() > 0, device=device, dtype="float32")
+    np.testing.assert_array_equal(mask.numpy(), [[1, 0]])
+    # assigning cached_data, an NDArray or a raw array, replaces the tensor's array
+    w.cached_data = nd.array([[5.0, 6.0]], device=device)
+    assert device.owns(w._array) and w.numpy().tolist() == [[5, 6]]
+    raw = device.asarray(np.array([[7.0, 8.0]], np.float32))
+    w.cached_data = raw
+    assert w._array is raw
+
+
+def test_lazy_cached_data_is_none_until_realized(device, monkeypatch):
+    monkeypatch.setattr(ndl.autograd, "LAZY_MODE", True)
+    x = ndl.Tensor([1.0, 2.0], device=device, dtype="float32")
+    y = x * 2
+    assert y.cached_data is None
+    assert y.realize_cached_data().numpy().tolist() == [2, 4]
+    assert type(y.cached_data) is nd.NDArray
+
+
+def test_ndarray_pickles_to_the_same_device(device):
+    import pickle
+
+    a = nd.array([[1.5, 2.5]], device=device)
+    b = pickle.loads(pickle.dumps(a))
+    assert type(b) is nd.NDArray and b.device == device and b.dtype == np.float32
+    np.testing.assert_array_equal(b.numpy(), a.numpy())
+
+
+def test_the_framework_reads_raw_arrays_only():
+    """Inside needle, `cached_data` and `realize_cached_data()` are course-facing views:
+    framework code reads `_array` / `_realize()` (a view would cost a wrapper per read and
+    breaks array-API calls). Only autograd.py's definitions may name them."""
+    import ast
+    import pathlib
+
+    roots = (pathlib.Path(ndl.__file__).parent, pathlib.Path(ndl.backends.__file__).parent)
+    offenders = [f"{path.name}:{node.lineno}"
+                 for root in roots for path in sorted(root.rglob("*.py"))
+                 if path.name != "autograd.py"
+                 for node in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(node, ast.Attribute)
+                 and node.attr in ("cached_data", "realize_cached_data")]
+    assert offenders == []
 
 
 def test_course_names_resolve_to_the_one_ndarray_class():

@@ -192,7 +192,7 @@ def test_course_names_in_ops():
 
 def test_array_type(device):
     assert isinstance(device.zeros(2), device.array_type)
-    assert isinstance(ndl.Tensor([1.0], device=device).cached_data, device.array_type)
+    assert isinstance(ndl.Tensor([1.0], device=device)._array, device.array_type)
 
 
 # ----- nothing imports cupy but the cuda device's availability check --------------------------

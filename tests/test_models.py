@@ -310,6 +310,24 @@ def test_language_model_draws_embedding_then_sequence_model_then_linear(seq_mode
     assert h_n.shape == (2, 3, 4)
 
 
+@pytest.mark.parametrize("seq_model", ["rnn", "lstm", "transformer"])
+@pytest.mark.parametrize("seq_len", [1, 2, 5])
+def test_language_model_gives_every_parameter_a_gradient(seq_model, seq_len, device):
+    """After output.backward() every parameter has a .grad, however short the sequence
+    (the zero initial state is multiplied by W_hh, as in the course and PyTorch)."""
+    from needle.apps.models import LanguageModel
+
+    np.random.seed(6)
+    width = 8 if seq_model == "transformer" else 6
+    lm = LanguageModel(width, 11, 8, num_layers=2, seq_model=seq_model, seq_len=5,
+                       device=device)
+    tokens = np.random.randint(0, 11, (seq_len, 3))
+    logits, _ = lm(ndl.Tensor(tokens, device=device, dtype="float32"))
+    ndl.ops.summation(logits).backward()
+    missing = [name for name, p in lm.named_parameters() if p.grad is None]
+    assert missing == []
+
+
 def test_language_model_refuses_other_sequence_models():
     from needle.apps.models import LanguageModel
 

@@ -169,6 +169,37 @@ def test_device_generator_is_seeded_from_numpy_without_manual_seed(device):
     assert a.dtype == np.float32 and ((0 <= a) & (a < 1)).all()
 
 
+def test_dropout_is_the_courses_float32_mask_and_scaling_to_the_bit(device):
+    """x * mask / (1 - p) with mask = rand <= 1 - p, in that float32 order (x * (mask /
+    (1 - p)) rounds differently): the same bits on every device but jax."""
+    x = data(64, 50).astype(np.float32)
+    ndl.manual_seed(17)
+    out = nn.Dropout(0.1)(T(x, device, "float32")).numpy()
+    ndl.manual_seed(17)  # the same draws of the device's generator (numpy's on cpu)
+    mask = (device.to_numpy(device.random((64, 50))) <= 0.9).astype(np.float32)
+    expected = x * mask / np.float32(0.9)
+    assert out.dtype == np.float32 and not np.array_equal(expected, x * (mask / np.float32(0.9)))
+    if device.kind == "jax":  # XLA turns a division by a scalar into a product by 1 / scalar
+        np.testing.assert_allclose(out, expected, rtol=2e-7, atol=0)
+    else:
+        np.testing.assert_array_equal(out, expected)
+
+
+def test_layernorm1d_is_the_courses_float32_order(device):
+    """mean = sum / n, var = sum((x - mean)^2) / n, (x - mean) / sqrt(var + eps): to the
+    bit where the device computes with numpy's kernels, to float32 rounding elsewhere."""
+    x = (data(40, 27) * 3 + 1).astype(np.float32)
+    out = nn.LayerNorm1d(27, device=device)(T(x, device, "float32")).numpy()
+    n = np.float32(27)
+    mean = (x.sum(axis=1) / n).reshape(-1, 1)
+    var = (((x - mean) ** 2).sum(axis=1) / n).reshape(-1, 1)
+    expected = (x - mean) / np.sqrt(var + np.float32(1e-5))
+    if device.kind in ("cpu", "strict"):
+        np.testing.assert_array_equal(out, expected)
+    else:  # the library's own sums round differently
+        np.testing.assert_allclose(out, expected, rtol=1e-6, atol=1e-6)
+
+
 def test_dropout_p0_training_is_identity_and_draws_nothing(device):
     x = T(data(4, 5), device)
     ndl.manual_seed(16)

@@ -329,7 +329,7 @@ CASES = [
          lambda z, c: np_sig(z[:, 6:]) * np.tanh(c), [(3, 8), (3, 2)]),
     Case("one_hot_tuple",
          lambda a: (lambda t: t[1] + t[0] * 2.0 + t[2])(
-             ndl.ops.OneHotTuple(1, ((a.shape, a.cached_data.dtype),) * 3)(a)),
+             ndl.ops.OneHotTuple(1, ((a.shape, a._array.dtype),) * 3)(a)),
          lambda a: a + 0.0, [(3, 4)]),
     Case("make_tuple", lambda a, b: ndl.make_tuple(a, b)[1] - ndl.make_tuple(a, b)[0],
          lambda a, b: b - a, [(3, 4), (3, 4)]),
@@ -408,7 +408,7 @@ def test_float32_stays_float32(device):
 def shapes(value):
     """A Tensor's shape, or the tuple of a TensorTuple's shapes."""
     if isinstance(value, ndl.TensorTuple):
-        return tuple(tuple(a.shape) for a in value.realize_cached_data())
+        return tuple(tuple(a.shape) for a in value._realize())
     return value.shape
 
 

@@ -81,15 +81,15 @@ def test_step_keeps_dtype_identity_and_grad_and_records_no_graph(make, device):
     opt = make(params)
     start = [p.numpy() for p in params]
     set_grads(params, grads_for(0), device, dtype="float64")  # float64 grads, float32 params
-    grads = [(p.grad, p.grad.realize_cached_data(), p.grad.numpy()) for p in params]
+    grads = [(p.grad, p.grad._realize(), p.grad.numpy()) for p in params]
     opt.step()
     for p, s, (grad, array, values) in zip(params, start, grads):
         assert p.dtype == "float32" and p.device == device
         assert p.op is None and p.inputs == () and p.requires_grad
-        assert p.grad is grad and p.grad.realize_cached_data() is array
+        assert p.grad is grad and p.grad._realize() is array
         np.testing.assert_array_equal(p.grad.numpy(), values)
         assert not np.array_equal(p.numpy(), s)
-    assert all(a.dtype == params[0].realize_cached_data().dtype
+    assert all(a.dtype == params[0]._realize().dtype
                for s in opt.state.values() for a in s.values())
 
 
@@ -334,7 +334,7 @@ def test_in_place_updates_touch_only_the_optimizers_own_arrays(rule, device):
     others = [ndl.Tensor(p.numpy(), device=cpu) for p in params]
     for p, other in zip(params, others):
         p.data = other
-        assert p.cached_data is other.cached_data
+        assert p._array is other._array
     before = [o.numpy() for o in others]
     opt = IN_PLACE_RULES[rule](params)
     set_grads(params, grads_for(0, CHUNKED), cpu)
@@ -344,9 +344,9 @@ def test_in_place_updates_touch_only_the_optimizers_own_arrays(rule, device):
         np.testing.assert_array_equal(other.numpy(), b)  # never written through
     for p, g in zip(params, grads):
         np.testing.assert_array_equal(p.grad.numpy(), g)  # .grad is never modified
-    big = params[1].cached_data
+    big = params[1]._array
     run(opt, params, cpu, steps=2, first=1)
-    assert params[1].cached_data is big  # from the second step on: in place, no new array
+    assert params[1]._array is big  # from the second step on: in place, no new array
 
 
 def test_in_place_kernel_declines_arrays_it_cannot_update():
@@ -373,12 +373,12 @@ def test_step_never_changes_arrays_it_did_not_make(rule, shapes, device):
     the cpu device's kernels update the optimizer's own copies in place, as PyTorch does."""
     params = params_on(device, shapes=shapes)
     opt = RULES[rule][0](params)
-    seen = [(p.cached_data, device.to_numpy(p.cached_data)) for p in params]
+    seen = [(p._array, device.to_numpy(p._array)) for p in params]
     for step in range(3):
         set_grads(params, grads_for(step, shapes), device)
-        arrays = [p.grad.cached_data for p in params]
+        arrays = [p.grad._array for p in params]
         if not device.in_place_updates:
-            arrays += [p.cached_data for p in params]
+            arrays += [p._array for p in params]
             arrays += [a for state in opt.state.values() for a in state.values()]
         seen += [(a, device.to_numpy(a)) for a in arrays]
         opt.step()

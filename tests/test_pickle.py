@@ -33,8 +33,8 @@ def assert_same_tensor(copied: ndl.Tensor, original: ndl.Tensor) -> None:
     assert type(copied) is type(original) and copied is not original
     assert copied.device is original.device and copied.dtype == original.dtype
     assert copied.requires_grad == original.requires_grad
-    assert copied.cached_data is not original.cached_data
-    assert original.device.owns(copied.cached_data)
+    assert copied._array is not original._array
+    assert original.device.owns(copied._array)
     np.testing.assert_array_equal(copied.numpy(), original.numpy(), strict=True)
 
 

@@ -338,3 +338,35 @@ def test_fused_cell_ops_check_shapes(device):
         ndl.ops.lstm_cell_state(tensor(data(3, 7), device))
     with pytest.raises(ValueError, match=r"\(3, 2\).*\(3, 3\)"):
         ndl.ops.lstm_cell_output(tensor(data(3, 8), device), tensor(data(3, 3), device))
+
+
+@pytest.mark.parametrize("cls", [RNN, LSTM])
+@pytest.mark.parametrize("T", [1, 3])
+def test_zero_initial_state_gives_every_layer_a_w_hh_gradient(cls, T, device):
+    """With h=None the course (and PyTorch) multiply the zero state: W_hh of every layer
+    gets a gradient, zeros from a single step, and the outputs are those of explicit zeros."""
+    np.random.seed(3)
+    stack = cls(4, 5, num_layers=2, device=device)
+    X = tensor(data(T, 2, 4), device)
+    out, _ = stack(X)
+    ndl.ops.summation(out).backward()
+    for name, p in stack.named_parameters():
+        assert p.grad is not None, name
+    if T == 1:  # one step from the zero state: hᵀ g with h = 0
+        for cell in (stack.rnn_cells if cls is RNN else stack.lstm_cells):
+            np.testing.assert_array_equal(cell.W_hh.grad.numpy(), np.zeros(cell.W_hh.shape))
+    zeros = tensor(np.zeros((2, 2, 5)), device)
+    explicit, _ = stack(X, zeros if cls is RNN else (zeros, zeros))
+    np.testing.assert_array_equal(explicit.numpy(), out.numpy())
+    with ndl.no_grad():  # no graph: the zero product is skipped, the numbers are the same
+        np.testing.assert_array_equal(stack(X)[0].numpy(), out.numpy())
+
+
+@pytest.mark.parametrize("cls", [RNNCell, LSTMCell])
+def test_cell_without_state_gives_w_hh_a_gradient(cls, device):
+    np.random.seed(4)
+    cell = cls(3, 2, device=device)
+    out = cell(tensor(data(4, 3), device))
+    ndl.ops.summation(out if cls is RNNCell else out[0]).backward()
+    np.testing.assert_array_equal(cell.W_hh.grad.numpy(), np.zeros((2, 2 * (1 if cls is
+                                                                          RNNCell else 4))))

@@ -49,7 +49,7 @@ def no_drop(a):
 def dropper(p, device):
     """The course's dropout on numpy arrays: one draw of the device's training generator per
     call (np.random.rand on cpu and strict)."""
-    return lambda a: a * (device.to_numpy(device.random(a.shape)) < 1 - p) / (1 - p)
+    return lambda a: a * (device.to_numpy(device.random(a.shape)) <= 1 - p) / (1 - p)
 
 
 def np_softmax(z):
@@ -349,3 +349,90 @@ def test_self_attention_shares_one_normalisation(device):
     np.testing.assert_allclose(results[0][0], np_attention(layer, x, x, x), **TOL)
     for got, expected in zip(results[0], results[1]):
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+# ----- a float32 golden: the course's order of float32 operations --------------------------
+# The course's code on 2-d rows, one float32 rounding per operation, in its order: Linear
+# x @ W + b; LayerNorm1d mean = sum / n, var = sum((x - mean)^2) / n, w * ((x - mean) /
+# (var + eps)^(1/2)) + b; attention (q kᵀ) / sqrt(D) (+ mask), softmax exp(z - max) / sum;
+# Dropout x * mask / (1 - p) with mask = rand <= 1 - p (numpy's float64 draws). Every
+# product is numpy's matmul: the course's attention sums q * k products with its backend's
+# reduction instead, whose rounding differs between its own backends (numpy's pairwise sum
+# and a sequential one differ by 2.1e-5 on the golden below), so no BLAS product repeats it.
+def course_drop(x, p):
+    if p == 0:  # needle draws nothing at p = 0 (as PyTorch); the course's mask is all ones
+        return x
+    mask = (np.random.rand(*x.shape) <= 1 - p).astype(x.dtype)
+    return x * mask / x.dtype.type(1 - p)
+
+
+def course_layer_norm(x, norm):
+    n = x.dtype.type(x.shape[1])
+    mean = (x.sum(axis=1) / n).reshape(-1, 1)
+    centered = x - mean
+    var = ((centered ** 2).sum(axis=1) / n).reshape(-1, 1)
+    std = np.sqrt(var + x.dtype.type(norm.eps))
+    w, b = (p.numpy().astype(x.dtype) for p in (norm.weight, norm.bias))
+    return w * (centered / std) + b
+
+
+def course_linear(x, linear):
+    y = x @ linear.weight.numpy().astype(x.dtype)
+    return y if linear.bias is None else y + linear.bias.numpy().astype(x.dtype)
+
+
+def course_attention_layer(layer, x, p):
+    B, T, F = x.shape
+    rows = x.reshape(B * T, F)
+    heads = [course_linear(course_layer_norm(rows, norm), proj)
+             .reshape(B, T, layer.num_head, layer.dim_head).transpose(0, 2, 1, 3)
+             for norm, proj in ((layer.prenorm_q, layer.q_projection),
+                                (layer.prenorm_k, layer.k_projection),
+                                (layer.prenorm_v, layer.v_projection))]
+    q, k, v = heads
+    z = (q @ k.transpose(0, 1, 3, 2)) / x.dtype.type(np.sqrt(layer.dim_head))
+    if layer.attn.causal:
+        z = z + (NEG_MAX * np.triu(np.ones(z.shape[-2:]), 1)).astype(x.dtype)
+    e = np.exp(z - z.max(axis=3, keepdims=True))
+    probs = course_drop(e / e.sum(axis=3, keepdims=True), p)
+    out = (probs @ v).transpose(0, 2, 1, 3).reshape(B * T, -1)
+    return course_linear(out, layer.out_projection).reshape(B, T, -1)
+
+
+def course_transformer(model, x, p):
+    B, T, F = x.shape
+    x = x + model.pos_embedding.weight.numpy()[:T].astype(x.dtype)
+    for layer in model.layers:
+        x = x + course_drop(course_attention_layer(layer.attn, x, p), p)
+        hidden = course_linear(course_layer_norm(x.reshape(B * T, F), layer.norm), layer.linear1)
+        hidden = course_drop(np.maximum(hidden, 0), p)
+        x = x + course_drop(course_linear(hidden, layer.linear2), p).reshape(B, T, F)
+    return x
+
+
+@pytest.mark.parametrize("p, causal", [(0.1, False), (0.1, True), (0.0, False)])
+def test_transformer_float32_golden_in_the_courses_order(p, causal, device, monkeypatch):
+    """The course's hw4 transformer-model golden (batch 8 of 11 steps, width 27, hidden 64,
+    4 layers of 8 heads of 32, batch_first, after np.random.seed(19943)): within 1e-5 of the
+    course-order float32 reference where the arrays are numpy's (cpu, strict); torch's and
+    jax's own kernels round sums and products differently, so there 2e-5, the float32 noise
+    of this model (the reference itself is 1.1e-5 from float64)."""
+    if device.kind not in ("cpu", "strict"):  # the course's masks: numpy's draws here too
+        monkeypatch.setattr(device, "random",
+                            lambda shape: device.asarray(np.random.rand(*shape)))
+    np.random.seed(19943)
+    x = np.random.randn(8, 11, 27).astype(np.float32)
+    model = Transformer(27, 64, 4, num_head=8, dim_head=32, dropout=p, causal=causal,
+                        device=device, batch_first=True)
+    state = np.random.get_state()
+    out = model(tensor(x, device))[0].numpy()
+    after = np.random.get_state()[2]
+    np.random.set_state(state)
+    ref32 = course_transformer(model, x, p)
+    assert np.random.get_state()[2] == after  # the same draws, in the same order
+    np.random.set_state(state)
+    ref64 = course_transformer(model, x.astype(np.float64), p)
+    assert out.dtype == np.float32 and np.abs(ref32 - ref64).max() < 2e-5  # the reference
+    np.testing.assert_allclose(out, ref64, rtol=0, atol=2e-5)
+    numpy_kernels = device.kind in ("cpu", "strict")
+    np.testing.assert_allclose(out, ref32, rtol=0, atol=1e-5 if numpy_kernels else 2e-5)

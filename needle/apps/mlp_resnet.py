@@ -77,9 +77,9 @@ def run_epoch(loader, model: nn.Module, loss_fn, opt=None, *, create_graph: bool
                 loss.backward(create_graph=create_graph)
             opt.step()
         xp, n = logits.device.xp, X.shape[0]
-        wrong = xp.sum(xp.astype(xp.argmax(logits.cached_data, axis=1)
-                                 != xp.astype(y.cached_data, xp.int64), xp.int64))
-        part = xp.astype(loss.cached_data, xp.float64) * n
+        wrong = xp.sum(xp.astype(xp.argmax(logits._array, axis=1)
+                                 != xp.astype(y._array, xp.int64), xp.int64))
+        part = xp.astype(loss._array, xp.float64) * n
         errors = wrong if errors is None else errors + wrong
         total = part if total is None else total + part
         count += n

@@ -158,9 +158,9 @@ def run_lm_epoch(data: np.ndarray, model: nn.Module, loss_fn, opt=None, seq_len:
                 nn.utils.clip_grad_norm_(params, clip)
             opt.step()
         n = y.shape[0]
-        right = xp.sum(xp.astype(xp.argmax(logits.cached_data, axis=1)
-                                 == xp.astype(y.cached_data, xp.int64), xp.int64))
-        part = xp.astype(loss.cached_data, xp.float64) * n
+        right = xp.sum(xp.astype(xp.argmax(logits._array, axis=1)
+                                 == xp.astype(y._array, xp.int64), xp.int64))
+        part = xp.astype(loss._array, xp.float64) * n
         correct = right if correct is None else correct + right
         total = part if total is None else total + part
         count += n

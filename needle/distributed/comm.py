@@ -213,7 +213,7 @@ def allreduce(x: Any, op: str = "sum") -> Any:
     """
     if op not in OPS:
         raise ValueError(f"allreduce: op must be one of {OPS}, got {op!r}")
-    arr = x.realize_cached_data() if isinstance(x, Tensor) else x
+    arr = x._realize() if isinstance(x, Tensor) else x
     dtype = dtype_of(arr)
     check_agreement("allreduce", ("allreduce", op, tuple(arr.shape), dtype.name))
     if op == "mean" and dtype.kind not in "fc":
@@ -228,7 +228,7 @@ def allreduce(x: Any, op: str = "sum") -> Any:
 def broadcast(x: Any, root: int = 0) -> Any:
     """Rank `root`'s values of `x` on every rank, in place where the array allows; returns
     `x` (a Tensor gets the new data). Shapes and dtypes must agree, as for allreduce."""
-    arr = x.realize_cached_data() if isinstance(x, Tensor) else x
+    arr = x._realize() if isinstance(x, Tensor) else x
     size = world_size()
     if not 0 <= root < size:
         raise ValueError(f"broadcast: root must lie in [0, {size}), got {root}")
@@ -240,8 +240,8 @@ def broadcast(x: Any, root: int = 0) -> Any:
 def _result(x: Any, out: Any) -> Any:
     """`x` after a collective whose result is the array `out`."""
     if isinstance(x, Tensor):
-        if out is not x.cached_data:
-            x.cached_data = out
+        if out is not x._array:
+            x._array = out
         return x
     return out
 

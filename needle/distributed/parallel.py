@@ -32,7 +32,7 @@ def average_buffers(module: Module) -> None:
     if comm.world_size() == 1:
         return
     for tensor in module.buffers():
-        if dtype_of(tensor.realize_cached_data()).kind in "fc":
+        if dtype_of(tensor._realize()).kind in "fc":
             comm.allreduce(tensor, op="mean")
         else:
             comm.broadcast(tensor, root=0)
@@ -110,7 +110,7 @@ class DistributedOptimizer:
         """Make each (parameter index, array) pair's array that parameter's gradient."""
         for i, arr in pairs:
             p = self.params[i]
-            if p.grad is None or p.grad.cached_data is not arr:
+            if p.grad is None or p.grad._array is not arr:
                 p.grad = Tensor.make_const(arr, device=p.device)
 
     def _plan(self) -> tuple[list, dict, tuple]:
@@ -122,8 +122,8 @@ class DistributedOptimizer:
         for i, p in enumerate(self.params):
             if p.grad is None:
                 continue
-            data = p.realize_cached_data()
-            g = p.grad.realize_cached_data()
+            data = p._realize()
+            g = p.grad._realize()
             if g.dtype != data.dtype:  # e.g. a float64 gradient of a float32 parameter
                 g = p.device.xp.astype(g, data.dtype)
             signature.append((i, tuple(g.shape), dtype_of(g).name))

@@ -17,17 +17,21 @@ def _tensor(array: Any, device: Device, dtype: Any, requires_grad: bool) -> Tens
     return Tensor.make_const(array, requires_grad=requires_grad, device=device)
 
 
+# The random initialisers compute on the host in float64 and cast once (Device.uniform,
+# normal, bernoulli), as the course does: a seed gives the same bits on every device.
+
+
 def rand(*shape, low=0.0, high=1.0, device=None, dtype="float32", requires_grad=False):
-    """Uniform numbers in [low, high): `device.rand(*shape) * (high - low) + low`."""
+    """Uniform numbers in [low, high): `rand(*shape) * (high - low) + low` in float64, cast."""
     device = default_device() if device is None else device
-    array = device.rand(*shape) * (high - low) + low
+    array = device.uniform(shape, low, high, dtype=dtype)
     return _tensor(array, device, dtype, requires_grad)
 
 
 def randn(*shape, mean=0.0, std=1.0, device=None, dtype="float32", requires_grad=False):
-    """Normal numbers: `device.randn(*shape) * std + mean`."""
+    """Normal numbers: `randn(*shape) * std + mean` in float64, cast."""
     device = default_device() if device is None else device
-    array = device.randn(*shape) * std + mean
+    array = device.normal(shape, mean, std, dtype=dtype)
     return _tensor(array, device, dtype, requires_grad)
 
 
@@ -49,9 +53,9 @@ def zeros(*shape, device=None, dtype="float32", requires_grad=False):
 
 
 def randb(*shape, p=0.5, device=None, dtype="bool", requires_grad=False):
-    """Bernoulli(p) booleans: `device.rand(*shape) <= p`."""
+    """Bernoulli(p) draws: `rand(*shape) <= p` in float64, as `dtype`."""
     device = default_device() if device is None else device
-    array = device.rand(*shape) <= p
+    array = device.bernoulli(shape, p, dtype=dtype)
     return _tensor(array, device, dtype, requires_grad)
 
 
@@ -59,7 +63,7 @@ def one_hot(n, i, device=None, dtype="float32", requires_grad=False):
     """One-hot rows of length `n` for the labels `i` (integers, or floats holding whole numbers)."""
     device = default_device() if device is None else device
     if isinstance(i, Tensor):
-        i = i.realize_cached_data()
+        i = i._realize()
     if not device.owns(i):
         i = device.asarray(i)
     labels = as_index_array(device.xp, i, n, "one_hot", "labels", device)

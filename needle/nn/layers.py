@@ -140,18 +140,16 @@ class Dropout(Module):
         self.p = float(p)
 
     def forward(self, x: Tensor) -> Tensor:
-        """x * mask / (1 - p) with mask = rand < 1 - p in training; x in eval and at p = 0."""
+        """x * mask / (1 - p) with mask = rand <= 1 - p in training; x in eval and at p = 0."""
         if not self.training or self.p == 0.0:
             return x  # p = 0 draws nothing, as in PyTorch
         device = x.device
-        xp = device.xp
         keep = 1.0 - self.p
-        data = x.realize_cached_data()
-        # drawn on the device (numpy's global state on cpu: the course's float64 draws)
+        # drawn on the device (numpy's global state on cpu: the course's float64 draws and
+        # its randb mask), then x * mask / keep in the course's float32 order
         draws = device.random(x.shape)
-        # the mask and the scale fused into one constant, so the graph gets one multiply
-        scale = xp.astype(draws < keep, data.dtype) / keep
-        return x * Tensor.make_const(scale, device=device)
+        mask = device.xp.astype(draws <= keep, x._realize().dtype)
+        return x * Tensor.make_const(mask, device=device) / keep
 
     def extra_repr(self) -> str:
         return f"p={self.p}"

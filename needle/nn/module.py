@@ -236,19 +236,19 @@ class Module:
         for key, target in own.items():
             if key in state:
                 value = state[key]
-                raw = value.realize_cached_data() if isinstance(value, Tensor) else value
+                raw = value._realize() if isinstance(value, Tensor) else value
                 arrays[key] = target.device.asarray(raw, dtype=target.dtype)
         for key, array in arrays.items():
-            own[key].cached_data = array
+            own[key]._array = array
 
     def to(self, device: Device) -> Module:
         """Move every parameter, buffer (and gradient) to `device`, in place; returns self."""
         for t in self._named_tensors().values():
             if t.device != device:
-                t.cached_data = device.asarray(t.realize_cached_data())
+                t._array = device.asarray(t._realize())
                 t.device = device
                 if t.grad is not None:
-                    grad = device.asarray(t.grad.realize_cached_data())
+                    grad = device.asarray(t.grad._realize())
                     t.grad = Tensor.make_const(grad, device=device)
         return self
 

@@ -43,13 +43,13 @@ class BatchNorm1d(Module):
         if not self.training:
             # the running statistics are constants: fold them into one scale and one shift
             # on the (dim,) vectors, so the batch is passed over twice, as PyTorch does
-            inv_std = (self.running_var.realize_cached_data() + self.eps) ** -0.5
+            inv_std = (self.running_var._realize() + self.eps) ** -0.5
             scale = self.weight * Tensor.make_const(inv_std, device=x.device)
             return ops.scale_shift(x, scale, self.bias - self.running_mean * scale)
         # one fused node standardises with the batch mean and the biased batch variance
         op = ops.Normalize((0,), self.eps)
         out = op(x)
-        out.realize_cached_data()  # computes op.stats, in lazy mode too
+        out._realize()  # computes op.stats, in lazy mode too
         self._update_running(*op.stats)
         return ops.scale_shift(out, self.weight, self.bias)
 
@@ -63,11 +63,11 @@ class BatchNorm1d(Module):
         mean, var = xp.reshape(mean, (-1,)), xp.reshape(var, (-1,))
         m = self.momentum
         for buf, batch in ((self.running_mean, mean), (self.running_var, var)):
-            old = buf.realize_cached_data()
+            old = buf._realize()
             new = old * (1.0 - m) + batch * m
             if new.dtype != old.dtype:
                 new = xp.astype(new, old.dtype)
-            buf.cached_data = new
+            buf._array = new
 
     def extra_repr(self) -> str:
         return f"{self.dim}, eps={self.eps}, momentum={self.momentum}"

@@ -13,6 +13,7 @@ import math
 from .. import init, ops
 from ..autograd import Tensor
 from ..backends import Device
+from ..grad_mode import is_grad_enabled
 from .module import Module, Parameter, check_size
 
 _ACTIVATIONS = {"tanh": ops.tanh, "relu": ops.relu}
@@ -69,6 +70,14 @@ class _Cell(Module):
             xw = ops.affine(X, self.W_ih, self.bias_ih + self.bias_hh)
         return list(ops.split(xw, 0))
 
+    def zero_state(self, xw: Tensor, h: Tensor | None) -> Tensor | None:
+        """`h`, or for None zeros of (B, H) when a gradient is being recorded: the course
+        (and PyTorch) multiply the zero state, so W_hh gets its (zero) gradient even from
+        one step; without a graph the product adds nothing and is skipped."""
+        if h is None and self.W_hh.requires_grad and is_grad_enabled():
+            return init.zeros(xw.shape[0], self.hidden_size, device=xw.device, dtype=xw.dtype)
+        return h
+
     def extra_repr(self) -> str:
         return f"{self.input_size}, {self.hidden_size}" + ("" if self.bias else ", bias=False")
 
@@ -87,7 +96,8 @@ class RNNCell(_Cell):
 
     def step(self, xw: Tensor, h: Tensor | None) -> Tensor:
         """The next state from the input term `xw` (B, H) and the state h (None: zeros)."""
-        if h is not None:  # h = 0 adds nothing: skip the matmul
+        h = self.zero_state(xw, h)
+        if h is not None:
             xw = xw + h @ self.W_hh
         return _ACTIVATIONS[self.nonlinearity](xw)
 
@@ -113,6 +123,7 @@ class LSTMCell(_Cell):
 
     def step(self, xw: Tensor, h: Tensor | None, c: Tensor | None) -> tuple[Tensor, Tensor]:
         """(h', c') from the input term `xw` (B, 4H) and the state (None: zeros)."""
+        h = self.zero_state(xw, h)
         if h is not None:
             xw = xw + h @ self.W_hh
         c = ops.lstm_cell_state(xw, c)  # two fused nodes (needle/ops/lstm.py)

@@ -35,7 +35,7 @@ def clip_grad_norm_(parameters: Tensor | Iterable[Tensor], max_norm: float,
     for param in params:
         grad = param.grad
         xp = grad.device.xp
-        norm = _norm(xp, grad.realize_cached_data(), p)
+        norm = _norm(xp, grad._realize(), p)
         by_device.setdefault(grad.device, []).append(xp.astype(norm, xp.float64))
     totals = {d: _norm(d.xp, d.xp.stack(ns), p) for d, ns in by_device.items()}
     if len(totals) > 1:  # across devices: the per-device norms meet on the host
@@ -55,7 +55,7 @@ def clip_grad_norm_(parameters: Tensor | Iterable[Tensor], max_norm: float,
         grad = param.grad
         new = scaled.get(id(grad))
         if new is None:
-            data = grad.realize_cached_data()
+            data = grad._realize()
             factor = grad.device.xp.astype(factors[grad.device], data.dtype)
             new = scaled[id(grad)] = Tensor.make_const(data * factor, device=grad.device)
         param.grad = new

@@ -240,7 +240,7 @@ class Conv(TensorOp):
     def vjp(self, out_grad, node):
         """`gradient`'s products on raw arrays (backward without a graph)."""
         a, b = node.inputs[:2]
-        da, db = a.realize_cached_data(), b.realize_cached_data()
+        da, db = a._realize(), b._realize()
         kh, kw, c_in, c_out = db.shape
         n, ho, wo, _ = out_grad.shape
         depth = kh * kw * c_in

@@ -50,7 +50,7 @@ def unbroadcast(adjoint: Tensor | None, x: Tensor) -> Tensor | None:
     """An adjoint summed back to the shape of the input `x` it belongs to (no node if equal)."""
     if adjoint is None:
         return None
-    a, b = adjoint.cached_data, x.cached_data
+    a, b = adjoint._array, x._array
     if a is not None and b is not None and a.shape == b.shape:  # the common case, kept cheap
         return adjoint
     return sum_to_shape(adjoint, x.shape)
@@ -58,7 +58,7 @@ def unbroadcast(adjoint: Tensor | None, x: Tensor) -> Tensor | None:
 
 def unbroadcast_array(adjoint, x: Tensor):
     """unbroadcast on the adjoint's raw array (the same computation, no node)."""
-    b = x.cached_data
+    b = x._array
     if b is not None and adjoint.shape == b.shape:
         return adjoint
     return sum_array_to_shape(adjoint, tuple(x.shape))
@@ -86,7 +86,7 @@ class EWiseAdd(TensorOp):
 
     def gradient(self, out_grad, node):
         a, b = node.inputs
-        da, db = a.cached_data, b.cached_data  # None only for unrealized lazy values
+        da, db = a._array, b._array  # None only for unrealized lazy values
         if da is not None and db is not None and da.shape == db.shape:  # no broadcasting
             return out_grad, out_grad
         return (unbroadcast(out_grad, a) if a.requires_grad else None,
@@ -95,7 +95,7 @@ class EWiseAdd(TensorOp):
     def vjp(self, g, node):
         """`gradient` on raw arrays (backward without a graph)."""
         a, b = node.inputs
-        da, db = a.cached_data, b.cached_data
+        da, db = a._array, b._array
         if da is not None and db is not None and da.shape == db.shape:
             return g, g
         return (unbroadcast_array(g, a) if a.requires_grad else None,
@@ -147,7 +147,7 @@ class ScaleShift(TensorOp):
 
     def vjp(self, g, node):
         x, w, b = node.inputs
-        dx, dw = x.realize_cached_data(), w.realize_cached_data()
+        dx, dw = x._realize(), w._realize()
         return (unbroadcast_array(g * dw, x) if x.requires_grad else None,
                 unbroadcast_array(g * dx, w) if w.requires_grad else None,
                 unbroadcast_array(g, b) if b.requires_grad else None)
@@ -190,7 +190,7 @@ class EWiseMul(TensorOp):
     def gradient(self, out_grad, node):
         a, b = node.inputs
         # no multiply for an operand that needs no gradient (a mask, a one-hot matrix)
-        da, db = a.cached_data, b.cached_data  # None only for unrealized lazy values
+        da, db = a._array, b._array  # None only for unrealized lazy values
         if da is not None and db is not None and da.shape == db.shape:  # no broadcasting
             return (out_grad * b if a.requires_grad else None,
                     out_grad * a if b.requires_grad else None)
@@ -199,9 +199,9 @@ class EWiseMul(TensorOp):
 
     def vjp(self, g, node):
         a, b = node.inputs
-        da, db = a.cached_data, b.cached_data
+        da, db = a._array, b._array
         if da is None or db is None:  # built in lazy mode
-            da, db = a.realize_cached_data(), b.realize_cached_data()
+            da, db = a._realize(), b._realize()
         if da.shape == db.shape:
             return (g * db if a.requires_grad else None, g * da if b.requires_grad else None)
         return (unbroadcast_array(g * db, a) if a.requires_grad else None,
@@ -245,7 +245,7 @@ class EWisePow(TensorOp):
         # d/da a^b = b a^(b-1);  d/db a^b = a^b log a. Where a == 0 both would be 0 * inf
         # = NaN at points PyTorch defines as 0: there a is replaced by 1 (a constant shift).
         a, b = node.inputs
-        a_data, b_data = a.realize_cached_data(), b.realize_cached_data()
+        a_data, b_data = a._realize(), b._realize()
         xp = namespace(a_data)
         zero = a_data == 0
         grad_a = grad_b = None
@@ -299,9 +299,9 @@ class RPowerScalar(TensorOp):
         c = self.scalar
         if c != 0:
             return out_grad * node * (math.log(c) if c > 0 else math.nan)
-        out = node.realize_cached_data()
+        out = node._realize()
         xp = namespace(out)
-        log_c = xp.where(node.inputs[0].realize_cached_data() < 0,
+        log_c = xp.where(node.inputs[0]._realize() < 0,
                          xp.full_like(out, -math.inf), xp.zeros_like(out))
         return out_grad * node * Tensor.make_const(log_c, device=node.device)
 
@@ -416,12 +416,12 @@ class ReLU(TensorOp):
         return namespace(a).maximum(a, zero)
 
     def gradient(self, out_grad, node):
-        a = node.inputs[0].realize_cached_data()
+        a = node.inputs[0]._realize()
         mask = namespace(a).astype(a > 0, a.dtype)  # the derivative, a constant
         return out_grad * Tensor.make_const(mask, device=node.device)
 
     def vjp(self, g, node):
-        a = node.inputs[0].realize_cached_data()
+        a = node.inputs[0]._realize()
         return (g * namespace(a).astype(a > 0, a.dtype),)
 
 

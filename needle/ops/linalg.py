@@ -55,7 +55,7 @@ class MatMul(TensorOp):
 
 def matmul_adjoint_arrays(a: Tensor, b: Tensor, g, ta: bool = False, tb: bool = False):
     """matmul_adjoints on the raw adjoint array `g`: the same products, no nodes."""
-    da, db = a.realize_cached_data(), b.realize_cached_data()
+    da, db = a._realize(), b._realize()
     grad_a = grad_b = None
     if a.requires_grad:
         grad_a = sum_array_to_shape(MatMul(tb, True).compute(db, g) if ta else

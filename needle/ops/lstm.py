@@ -42,7 +42,7 @@ def _gate(z, k: int, hidden: int):
 def _join(blocks: list, like: Tensor) -> Tensor:
     """The (B, 4H) adjoint of the gates from four (B, H) blocks (None: zeros), as needle ops."""
     some = next(b for b in blocks if b is not None)
-    data = some.realize_cached_data()
+    data = some._realize()
     zero = Tensor.make_const(namespace(data).zeros_like(data), device=some.device)
     parts = [zero if b is None else b for b in blocks]
     return reshape(stack(parts, 1), like.shape)
@@ -79,7 +79,7 @@ class LSTMCellState(TensorOp):
     def vjp(self, g, node):
         """The adjoints of z and c as arrays, in one pass (backward without a graph)."""
         z, c = node.inputs[0], (node.inputs[1] if len(node.inputs) > 1 else None)
-        za = z.realize_cached_data()
+        za = z._realize()
         hidden = za.shape[1] // 4
         xp = namespace(za)
         i, f = _sigmoid(xp, za[:, :hidden]), _sigmoid(xp, za[:, hidden:2 * hidden])
@@ -87,7 +87,7 @@ class LSTMCellState(TensorOp):
         blocks = [g * t * i * (1 - i), None, g * i * (1 - t * t), None]
         if c is None:
             return (_join_arrays(xp, blocks),)
-        blocks[1] = g * c.realize_cached_data() * f * (1 - f)
+        blocks[1] = g * c._realize() * f * (1 - f)
         return _join_arrays(xp, blocks), g * f
 
 
@@ -107,7 +107,7 @@ class LSTMCellOutput(TensorOp):
 
     def vjp(self, g, node):
         """The adjoints of z and c' as arrays, in one pass."""
-        za, ca = node.inputs[0].realize_cached_data(), node.inputs[1].realize_cached_data()
+        za, ca = node.inputs[0]._realize(), node.inputs[1]._realize()
         hidden = za.shape[1] // 4
         xp = namespace(za)
         o, t = _sigmoid(xp, za[:, 3 * hidden:]), xp.tanh(ca)

@@ -23,17 +23,19 @@ def _mean(xp, x, axes):
     count = 1
     for ax in axes:
         count *= x.shape[ax]
-    return xp.sum(x, axis=axes, keepdims=True) * (1.0 / count)
+    return xp.sum(x, axis=axes, keepdims=True) / count
 
 
 def _stats(xp, x, axes, eps):
     """(y, s, mean, var): the standardised x, the inverse standard deviation, the mean and
-    the biased variance (all keepdims)."""
+    the biased variance (all keepdims). In the course's order of float32 operations (its
+    LayerNorm1d and BatchNorm1d): mean = sum / n, var = sum((x - mean)^2) / n,
+    y = (x - mean) / (var + eps)^(1/2), so float32 goldens hold."""
     mean = _mean(xp, x, axes)
     centered = x - mean
     var = _mean(xp, centered * centered, axes)
-    s = (var + eps) ** -0.5
-    return centered * s, s, mean, var
+    std = xp.sqrt(var + eps)
+    return centered / std, 1.0 / std, mean, var
 
 
 class Normalize(TensorOp):
@@ -63,7 +65,7 @@ class Normalize(TensorOp):
     def vjp(self, g, node):
         saved, self._saved = self._saved, None
         return (NormalizeGrad(self.axes, self.eps, saved).compute(
-            node.inputs[0].realize_cached_data(), g),)
+            node.inputs[0]._realize(), g),)
 
 
 def normalize(x: Tensor, axes, eps: float = 1e-5) -> Tensor:

@@ -68,7 +68,7 @@ class Max(TensorOp):
         return namespace(a).max(a, axis=axes, keepdims=self.keepdims)
 
     def gradient(self, out_grad, node):
-        a = node.inputs[0].realize_cached_data()
+        a = node.inputs[0]._realize()
         xp = namespace(a)
         axes = normalize_axes("max", self.axes, a.shape)
         m = xp.max(a, axis=axes, keepdims=True)
@@ -173,7 +173,7 @@ class SoftmaxCrossEntropy(TensorOp):
     def vjp(self, g, node):
         saved, self._saved = self._saved, None
         return (SoftmaxCrossEntropyGrad(self.labels, saved).compute(
-            node.inputs[0].realize_cached_data(), g),)
+            node.inputs[0]._realize(), g),)
 
 
 class SoftmaxCrossEntropyGrad(TensorOp):
@@ -210,7 +210,7 @@ class SoftmaxCrossEntropyGrad(TensorOp):
         s = exp(logsoftmax(x, 1))
         xp = namespace(self.labels)
         classes = xp.arange(k, dtype=self.labels.dtype, device=self.labels.device)
-        onehot = xp.astype(xp.reshape(self.labels, (n, 1)) == classes, s.cached_data.dtype)
+        onehot = xp.astype(xp.reshape(self.labels, (n, 1)) == classes, s._array.dtype)
         y = Tensor.make_const(onehot, device=x.device)
         grad_g = Summation()(h * (s - y)) / n if g.requires_grad else None
         if not x.requires_grad:

@@ -38,11 +38,11 @@ class TupleGetItem(TensorOp):
         return a[self.index]
 
     def gradient(self, out_grad, node):
-        like = tuple((tuple(v.shape), v.dtype) for v in node.inputs[0].realize_cached_data())
+        like = tuple((tuple(v.shape), v.dtype) for v in node.inputs[0]._realize())
         return OneHotTuple(self.index, like)(out_grad)
 
     def vjp(self, g, node):
-        out = [None] * len(node.inputs[0].realize_cached_data())  # None: a zero element
+        out = [None] * len(node.inputs[0]._realize())  # None: a zero element
         out[self.index] = g
         return (tuple(out),)
 

@@ -41,7 +41,7 @@ class _FlatGroup:
 
     def flat_params(self, indices: tuple[int, ...], params: list[Tensor]) -> Any | None:
         """The flat parameters of `indices`, or None when they must be rebuilt."""
-        if self.indices == indices and all(p.cached_data is self.param_views[i]
+        if self.indices == indices and all(p._array is self.param_views[i]
                                            for i, p in zip(indices, params)):
             return self.params
         return None
@@ -100,7 +100,7 @@ class Optimizer:
         groups: dict[tuple, list[int]] = {}
         for i, p in enumerate(self.params):
             if p.grad is not None:
-                data = p.realize_cached_data()
+                data = p._realize()
                 if math.prod(data.shape) > self.flat_max_size:  # big: its own passes
                     self._step_group([i])
                 else:
@@ -115,9 +115,9 @@ class Optimizer:
         xp = device.xp
         grads = []
         for p in params:
-            g = p.grad.realize_cached_data()
-            if g.dtype != p.cached_data.dtype:  # e.g. a float64 gradient of a float32 param
-                g = xp.astype(g, p.cached_data.dtype)
+            g = p.grad._realize()
+            if g.dtype != p._array.dtype:  # e.g. a float64 gradient of a float32 param
+                g = xp.astype(g, p._array.dtype)
             grads.append(g)
         if len(params) == 1:
             i = indices[0]
@@ -126,21 +126,21 @@ class Optimizer:
             if device.in_place_updates:
                 # on an array of the optimizer's own: a copy the first time (or after the
                 # parameter's data was replaced), so no array anyone else holds changes
-                data = p.cached_data
+                data = p._array
                 if self._owned.get(i) is not data:
                     data = xp.asarray(data, copy=True)
                 state = self._update_in_place(device, data, grads[0], self.state.get(i, {}))
                 if state is not None:
-                    p.cached_data = self._owned[i] = data
+                    p._array = self._owned[i] = data
                     if state:
                         self.state[i] = state
                     return
-            p.cached_data, state = self._update(p.cached_data, grads[0], self.state.get(i, {}))
+            p._array, state = self._update(p._array, grads[0], self.state.get(i, {}))
             self._owned.pop(i, None)
             if state:
                 self.state[i] = state
             return
-        shapes = [p.cached_data.shape for p in params]
+        shapes = [p._array.shape for p in params]
         cache = self._flat.get(key)
         flat_p = self._flat_params(indices, params, xp, cache)  # cached, or a fresh concat
         flat_g = xp.concat([xp.reshape(g, (-1,)) for g in grads])
@@ -159,7 +159,7 @@ class Optimizer:
         param_views, state_entries = {}, {}
         for i, p, shape in zip(indices, params, shapes):
             end = start + math.prod(shape)
-            p.cached_data = param_views[i] = xp.reshape(new_p[start:end], shape)
+            p._array = param_views[i] = xp.reshape(new_p[start:end], shape)
             if new_state:
                 self.state[i] = state_entries[i] = {
                     name: xp.reshape(a[start:end], shape) for name, a in new_state.items()
@@ -174,7 +174,7 @@ class Optimizer:
         flat = cache.flat_params(tuple(indices), params) if cache is not None else None
         if flat is not None:
             return flat
-        return xp.concat([xp.reshape(p.cached_data, (-1,)) for p in params])
+        return xp.concat([xp.reshape(p._array, (-1,)) for p in params])
 
     def _flat_state(self, indices: list[int], params: list[Tensor], xp: Any,
                     cache: _FlatGroup | None) -> dict:
@@ -186,7 +186,7 @@ class Optimizer:
             return flat  # every per-parameter entry is still last step's view
         return {
             name: xp.concat([
-                xp.reshape(self.state.get(i, {}).get(name, xp.zeros_like(p.cached_data)), (-1,))
+                xp.reshape(self.state.get(i, {}).get(name, xp.zeros_like(p._array)), (-1,))
                 for i, p in zip(indices, params)
             ])
             for name in self.state_names
@@ -270,7 +270,7 @@ class Optimizer:
                                     f"{None if shape is None else tuple(shape)}, expected "
                                     f"{p.shape}")
                 else:
-                    raw = value.realize_cached_data() if isinstance(value, Tensor) else value
+                    raw = value._realize() if isinstance(value, Tensor) else value
                     arrays[name] = p.device.asarray(raw, dtype=p.dtype)
             new_state[i] = arrays
         if problems:
