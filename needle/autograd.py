@@ -350,11 +350,11 @@ class Tensor(Value):
     def __dlpack__(self, **kwargs: Any) -> Any:
         """A DLPack capsule of the data, sharing memory (no graph: the reader sees the data as
         `detach()` would); torch/jax/numpy/cupy `from_dlpack` call it."""
-        return self.device.to_dlpack(self.realize_cached_data(), **kwargs)
+        return self.device.to_dlpack(self._realize(), **kwargs)
 
     def __dlpack_device__(self) -> tuple[Any, int]:
         """(DLPack device type, index) of the data, e.g. (1, 0) for host memory."""
-        return self.realize_cached_data().__dlpack_device__()
+        return self._realize().__dlpack_device__()
 
     # ----- graph members -----------------------------------------------------------------
     def detach(self) -> Tensor:
