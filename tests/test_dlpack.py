@@ -97,7 +97,7 @@ def test_other_libraries_share_a_tensors_memory(device, consumer):
         pytest.skip(f"{consumer} reads host memory here")
     t = tensor_in_aligned_memory(device, [[1, 2, 3], [4, 5, 6]])
     assert tuple(map(int, t.__dlpack_device__())) == device.dlpack_device
-    native = t.realize_cached_data()
+    native = t._realize()
     if consumer == "torch" and not host_memory(device) and not lib.cuda.is_available():
         pytest.skip("this PyTorch has no CUDA")
     y = lib.from_dlpack(t)
@@ -121,7 +121,7 @@ def test_np_from_dlpack_of_a_jax_tensor_is_read_only(device):
         pytest.skip("a jax device in host memory")
     t = ndl.Tensor([1.0, 2.0], device=device)
     y = np.from_dlpack(t)
-    assert address(y) == address(t.realize_cached_data())
+    assert address(y) == address(t._realize())
     assert not y.flags.writeable  # jax arrays are immutable: numpy gets a read-only view
 
 
@@ -170,12 +170,12 @@ def test_from_dlpack_wraps_host_arrays_without_a_copy(device, name, make):
     assert isinstance(t, ndl.Tensor) and t.device == device and not t.requires_grad
     assert t.shape == (2, 3) and t.dtype == "float32"
     np.testing.assert_array_equal(t.numpy(), [[1, 2, 3], [4, 5, 6]])
-    assert address(t.realize_cached_data()) == address(src)
+    assert address(t._realize()) == address(src)
     if name in ("numpy", "torch", "strict"):  # mutable sources: their writes show in needle
         src[0, 1] = 99
         assert t.numpy()[0, 1] == 99
     if device.kind != "jax" and name != "jax":  # and needle's array writes show in theirs
-        t.realize_cached_data()[1, 0] = -5
+        t._realize()[1, 0] = -5
         assert float(src[1, 0]) == -5
     # the wrapped tensor computes like any other
     np.testing.assert_allclose((t * 2).sum().numpy(), 2 * t.numpy().sum())
@@ -185,7 +185,7 @@ def test_from_dlpack_of_a_tensor_shares_it(device):
     t = ndl.Tensor([[1.0, 2.0]], device=device)
     u = ndl.from_dlpack(t, requires_grad=True)
     assert u.device == device and u.requires_grad and u is not t
-    assert address(u.realize_cached_data()) == address(t.realize_cached_data())
+    assert address(u._realize()) == address(t._realize())
 
 
 def test_from_dlpack_device_defaults():
@@ -205,7 +205,7 @@ def test_from_dlpack_device_defaults():
 
     foreign = Foreign()
     t = ndl.from_dlpack(foreign)
-    assert t.device == ndl.cpu() and address(t.realize_cached_data()) == address(foreign.a)
+    assert t.device == ndl.cpu() and address(t._realize()) == address(foreign.a)
 
 
 class OnGPU:
@@ -235,7 +235,7 @@ def test_gpu_memory_is_refused_by_host_devices():
     with pytest.raises(ValueError, match="the ndarray is in CUDA:0 memory, cpu"):
         ndl.from_dlpack(src, device=ndl.cpu())
     t = ndl.from_dlpack(src)
-    assert t.device == cuda and address(t.realize_cached_data()) == address(src)
+    assert t.device == cuda and address(t._realize()) == address(src)
 
 
 def test_unknown_memory_needs_a_device():
