@@ -13,17 +13,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from .autograd import OneHotAdjoint, Tensor, TensorTuple, Value, find_topo_sort
+from . import autograd
+from .autograd import (
+    OneHotAdjoint,
+    Tensor,
+    TensorTuple,
+    Value,
+    check_versions,
+    find_topo_sort,
+)
 from .backends import device_of, namespace
 
 
 def backward_arrays(output: Value, out_grad: Any) -> None:
     """Set `.grad` of every node `output` depends on, from the adjoint array `out_grad`."""
     partials_of: dict[Value, list] = {output: [out_grad]}
+    clock = autograd._VERSION_CLOCK
     for node in reversed(find_topo_sort([output], requiring_grad=True)):
         partials = partials_of.pop(node, None)
         if partials is None:
             continue
+        if node._version != clock and node.op is not None:  # something changed since
+            check_versions(node)
         if node.__class__ is not Tensor and isinstance(node, TensorTuple):
             grad = _sum_tuples(partials)
         elif len(partials) == 1:

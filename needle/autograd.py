@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import weakref
 from typing import Any, Iterable
 
@@ -19,6 +20,12 @@ from .grad_mode import (  # noqa: F401  (re-exported: needle.autograd.no_grad is
 LAZY_MODE = False
 # Number of live Values, for spotting leaked graphs.
 TENSOR_COUNTER = 0
+# The version clock: counts in-place changes (optimizer steps, `.data` writes...) of any Value.
+# An op's output is stamped with the clock when made; a changed Value is stamped with the
+# next reading. An input stamped later than the node that used it was changed after the
+# graph was built: backward() refuses it (PyTorch's "modified by an inplace operation").
+_VERSION_CLOCK = 0
+_version_lock = threading.Lock()
 
 
 class Op:
@@ -67,7 +74,7 @@ class Value:
     """A node of the computational graph: an op, its inputs and the cached result."""
 
     __slots__ = ("op", "inputs", "cached_data", "requires_grad", "device", "_grad",
-                 "__weakref__")
+                 "_version", "__weakref__")
 
     op: Op | None
     inputs: tuple[Value, ...]
@@ -82,6 +89,7 @@ class Value:
             for node in find_topo_sort([self]):
                 if node.cached_data is None:
                     node.cached_data = node.op.compute(*[x.cached_data for x in node.inputs])
+                    node._version = _VERSION_CLOCK  # computed now: from the inputs' data now
         return self.cached_data
 
     @property
@@ -148,6 +156,7 @@ class Value:
         self.requires_grad = requires_grad
         self.device = device
         self._grad = None
+        self._version = 0
 
     @classmethod
     def make_const(cls, data: Any, requires_grad: bool = False, *, device: Device | None = None):
@@ -180,6 +189,7 @@ class Value:
         value.device = device
         value._grad = None
         value.requires_grad = requires_grad
+        value._version = _VERSION_CLOCK
         if LAZY_MODE:
             value.op, value.inputs, value.cached_data = op, inputs, None
             return value
@@ -194,6 +204,37 @@ class Value:
         else:  # nothing to differentiate: keep no references to the inputs
             value.op, value.inputs = None, ()
         return value
+
+
+def mark_modified(*values: Value) -> None:
+    """Record that the data of `values` changed in place or was replaced (optimizer steps,
+    `.data` writes, loading a state dict): a graph built before on them can no longer be
+    differentiated, and backward() through it raises a RuntimeError."""
+    global _VERSION_CLOCK
+    with _version_lock:
+        _VERSION_CLOCK += 1
+        for value in values:
+            value._version = _VERSION_CLOCK
+
+
+def check_versions(node: Value) -> None:
+    """Raise PyTorch's RuntimeError when an input of `node` changed after `node` was made."""
+    version = node._version
+    for i, inp in enumerate(node.inputs):
+        if inp._version > version:
+            data = inp.cached_data
+            if isinstance(data, tuple):
+                what = "TensorTuple of shapes " + ", ".join(str(tuple(a.shape)) for a in data)
+            else:
+                what = (f"{type(inp).__name__} {inp.device.public_dtype(data.dtype)} "
+                        f"{tuple(data.shape)}")
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified by an "
+                f"inplace operation: [needle.{what}], input {i} of {type(node.op).__name__}, "
+                "was changed (by an optimizer step, a .data assignment, load_state_dict or "
+                "another in-place update) after the graph was built; call backward() before "
+                "changing it, or run the forward again"
+            )
 
 
 def _rebuild_value(cls: type, device: Device, host: Any, requires_grad: bool,
@@ -339,6 +380,7 @@ class Tensor(Value):
             )
         self.cached_data = value.realize_cached_data()
         self.device = value.device
+        mark_modified(self)  # a graph holding this tensor would now see the new data
 
     def backward(self, out_grad: Tensor | None = None, *, create_graph: bool = True) -> None:
         """Set `.grad` on every node that this tensor depends on.
@@ -509,10 +551,13 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
         backward_arrays(output_tensor, out_grad.realize_cached_data())
         return
     partials_of: dict[Value, list[Value]] = {output_tensor: [out_grad]}
+    clock = _VERSION_CLOCK
     for node in reversed(find_topo_sort([output_tensor], requiring_grad=True)):
         partials = partials_of.pop(node, None)
         if partials is None:
             continue
+        if node._version != clock and node.op is not None:  # something changed since
+            check_versions(node)
         if len(partials) == 1:
             grad = partials[0]
         elif isinstance(node, Tensor):

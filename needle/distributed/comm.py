@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Any
 
-from ..autograd import Tensor
+from ..autograd import Tensor, mark_modified
 from ..backends.mpi_buffers import HostStaging, dtype_of, int64_pair, on_buffer
 
 INSTALL_HINT = ("needle.distributed needs mpi4py and an MPI library: pip install -e "
@@ -209,6 +209,7 @@ def _result(x: Any, out: Any) -> Any:
     if isinstance(x, Tensor):
         if out is not x.cached_data:
             x.cached_data = out
+        mark_modified(x)  # changed in place or replaced: graphs built before see stale data
         return x
     return out
 
