@@ -431,20 +431,29 @@ class Tensor(Value):
     # ----- operators: Tensor operands use the EWise ops, Python numbers the scalar ops ------
     def __add__(self, other: Any) -> Tensor:
         if isinstance(other, Tensor):
-            return _make(_ops.EWiseAdd(), (self, other))
+            a, b = self.cached_data, other.cached_data
+            if a is not None and b is not None and a.dtype is b.dtype:  # the hot case
+                return _make(_ops.EWiseAdd(), (self, other))
+            return _ops.EWiseAdd()(self, other)  # promotes mixed dtypes (ops/dtypes.py)
         return _make(_ops.AddScalar(other), (self,))
 
     __radd__ = __add__
 
     def __mul__(self, other: Any) -> Tensor:
         if isinstance(other, Tensor):
-            return _make(_ops.EWiseMul(), (self, other))
+            a, b = self.cached_data, other.cached_data
+            if a is not None and b is not None and a.dtype is b.dtype:  # the hot case
+                return _make(_ops.EWiseMul(), (self, other))
+            return _ops.EWiseMul()(self, other)  # promotes mixed dtypes (ops/dtypes.py)
         return _make(_ops.MulScalar(other), (self,))
 
     __rmul__ = __mul__
 
     def __sub__(self, other: Any) -> Tensor:
         if isinstance(other, Tensor):
+            a, b = self.cached_data, other.cached_data
+            if a is None or b is None or a.dtype is not b.dtype:  # before the negation
+                self, other = _ops.dtypes.promote("subtract", (self, other))
             return _ops.EWiseAdd()(self, _ops.Negate()(other))
         return _ops.AddScalar(-_ops.as_scalar(other))(self)
 
@@ -453,7 +462,7 @@ class Tensor(Value):
 
     def __truediv__(self, other: Any) -> Tensor:
         if isinstance(other, Tensor):
-            return _make(_ops.EWiseDiv(), (self, other))
+            return _ops.EWiseDiv()(self, other)
         return _make(_ops.DivScalar(other), (self,))
 
     def __rtruediv__(self, other: Any) -> Tensor:
@@ -461,7 +470,7 @@ class Tensor(Value):
 
     def __pow__(self, other: Any) -> Tensor:
         if isinstance(other, Tensor):
-            return _make(_ops.EWisePow(), (self, other))
+            return _ops.EWisePow()(self, other)
         return _make(_ops.PowerScalar(other), (self,))
 
     def __rpow__(self, other: Any) -> Tensor:
