@@ -18,14 +18,15 @@ PROMOTING = [
     ("uint8", "int8", "int16"),
     ("uint16", "int8", "int32"),
     ("uint32", "int64", "int64"),
+    ("bool", "float32", "float32"),  # a mask, as numpy, torch and jax allow
+    ("int16", "bool", "int16"),
 ]
-# pairs with no entry: floating with integer, bool with numbers, uint64 with a signed integer
+# pairs with no entry: floating with integer, uint64 with a signed integer
 MIXING = [
     ("float32", "int64"),
     ("float32", "int32"),
     ("float64", "uint8"),
-    ("bool", "float32"),
-    ("int32", "bool"),
+    ("int16", "float64"),
     ("uint64", "int64"),
 ]
 BINARY = {
@@ -122,6 +123,17 @@ def test_python_scalars_take_the_tensors_dtype(device):
 def test_what_an_integer_tensor_cannot_do_is_a_type_error(fn, match, device):
     with pytest.raises(TypeError, match=match):
         fn(tensor([1, 2], "int32", device))
+
+
+def test_a_bool_mask_takes_the_tensors_dtype_and_its_gradient(device):
+    """Course code's dropout: x * init.randb(...) / (1 - p)."""
+    x = tensor([1.5, -2.0, 3.0], "float32", device, requires_grad=True)
+    mask = tensor([True, False, True], "bool", device)
+    out = x * mask / 0.5
+    assert out.dtype == "float32"
+    np.testing.assert_array_equal(out.numpy(), [3.0, 0.0, 6.0])
+    out.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 0.0, 2.0])
 
 
 def test_bool_tensors_take_no_scalar_arithmetic(device):

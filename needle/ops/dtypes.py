@@ -3,14 +3,16 @@
 Tensor operands of one op (add, multiply, divide, power, matmul, linear, conv, stack...)
 that differ in dtype are promoted by that table: both floating (float16 < float32 <
 float64), both signed or both unsigned integers (the wider), a signed and an unsigned integer
-(the smallest signed dtype holding both; none for uint64), floating with complex. The lower
-operand is cast by an AsType node, whose gradient casts the adjoint back, so every gradient
-keeps its tensor's dtype (as PyTorch's engine does). Mixing kinds (floating with integer,
-bool with anything, uint64 with a signed integer) is a TypeError naming both dtypes: the
-libraries disagree there (numpy: float32 * int64 is float64, torch: float32, strict: an
-error). A Python scalar takes the tensor's dtype where it can (an int: any numeric tensor; a
-float: floating tensors) and is a TypeError otherwise; so is true division of integers and a
-floating-point function (exp, log, tanh, sigmoid) of an integer tensor.
+(the smallest signed dtype holding both; none for uint64), floating with complex. A bool
+tensor takes the other operand's dtype (a mask: `x * init.randb(...)` as course code writes
+it, which numpy, torch and jax allow; strict needs the cast). The lower operand is cast by an
+AsType node, whose gradient casts the adjoint back, so every gradient keeps its tensor's
+dtype (as PyTorch's engine does). Floating with integer tensors and uint64 with a signed
+integer are a TypeError naming both dtypes: the libraries disagree there (numpy: float32 *
+int64 is float64, torch: float32, strict: an error). A Python scalar takes the tensor's
+dtype where it can (an int: any numeric tensor, a float: floating tensors) and is a
+TypeError otherwise; so is true division of integers and a floating-point function (exp,
+log, tanh, sigmoid) of an integer tensor.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ def _kind(name: str) -> str:
 def _table(a: str, b: str) -> str | None:
     if a == b:
         return a
+    if a == "bool" or b == "bool":  # a mask takes the other dtype
+        return b if a == "bool" else a
     for group in (_SIGNED, _UNSIGNED, _FLOATS, _COMPLEX):
         if a in group and b in group:
             return a if group[a] >= group[b] else b
