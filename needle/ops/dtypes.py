@@ -29,7 +29,8 @@ _UNSIGNED = {"uint8": 8, "uint16": 16, "uint32": 32, "uint64": 64}
 _promoted: dict[tuple[str, str], str | None] = {}  # a cache of promoted_name
 
 
-def _kind(name: str) -> str:
+def kind_name(name: str) -> str:
+    """The array API's name for the kind of dtype `name` ("floating", "signed integer"...)."""
     if name == "bool":
         return "bool"
     if name in _FLOATS:
@@ -73,12 +74,12 @@ def promoted_name(a: str, b: str) -> str | None:
 
 def mixing_error(op: str, a: str, b: str) -> TypeError:
     """The TypeError for tensors of dtypes `a` and `b` that do not promote."""
-    why = (f"{_kind(a)} and {_kind(b)} dtypes" if _kind(a) != _kind(b)
+    why = (f"{kind_name(a)} and {kind_name(b)} dtypes" if kind_name(a) != kind_name(b)
            else f"{a} and {b}")
     return TypeError(
         f"{op}: tensors of dtypes {a} and {b} do not combine: needle follows the array API's "
         f"type promotion, which does not mix {why}; convert one first, e.g. with "
-        f"ndl.ops.astype(x, \"{b if _kind(b) == 'floating' else a}\")"
+        f"ndl.ops.astype(x, \"{b if kind_name(b) == 'floating' else a}\")"
     )
 
 
@@ -91,16 +92,22 @@ def promote(op: str, tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
     if data is None:
         return tensors
     dtype = data.dtype
-    mixed = False
-    for t in tensors[1:]:
+    for t in tensors[1:]:  # the common case, kept cheap: one dtype
         d = t.cached_data
-        if d is None or t.device != first.device:
+        if d is None:
             return tensors
-        if d.dtype is not dtype and d.dtype != dtype:
-            mixed = True
-    if not mixed:
+        if d.dtype is not dtype:
+            if t.device is not first.device and t.device != first.device:
+                return tensors  # (strict warns when its dtypes meet numpy's)
+            if d.dtype != dtype:
+                return _promote_mixed(op, tensors)
+    return tensors
+
+
+def _promote_mixed(op: str, tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+    device = tensors[0].device
+    if any(t.device != device for t in tensors):
         return tensors
-    device = first.device
     names = [device.public_dtype(t.cached_data.dtype).name for t in tensors]
     result = names[0]
     for name in names[1:]:

@@ -9,9 +9,9 @@ from ..autograd import Tensor, TensorOp
 from ..backends import device_of, namespace
 from .dtypes import (
     PromotingOp,
-    _kind,
     check_floating_result,
     check_scalar_result,
+    kind_name,
     promote,
     scalar_error,
 )
@@ -95,7 +95,7 @@ class EWiseAdd(TensorOp):
 
     def __call__(self, a: Tensor, b: Tensor) -> Tensor:
         da, db = a.cached_data, b.cached_data
-        if da is None or db is None or (da.dtype is not db.dtype and da.dtype != db.dtype):
+        if da is None or db is None or da.dtype is not db.dtype:  # (strict's never are)
             a, b = promote("add", (a, b))
         return Tensor.make_from_op(self, (a, b))
 
@@ -214,7 +214,7 @@ class EWiseMul(TensorOp):
 
     def __call__(self, a: Tensor, b: Tensor) -> Tensor:
         da, db = a.cached_data, b.cached_data
-        if da is None or db is None or (da.dtype is not db.dtype and da.dtype != db.dtype):
+        if da is None or db is None or da.dtype is not db.dtype:  # (strict's never are)
             a, b = promote("multiply", (a, b))
         return Tensor.make_from_op(self, (a, b))
 
@@ -381,7 +381,7 @@ class EWiseDiv(PromotingOp):
         if out is None or out.dtype is not a.dtype and out.dtype != a.dtype:
             name = device_of(a).public_dtype(a.dtype).name
             raise TypeError(f"divide: true division needs floating tensors, got {name} "
-                            f"({_kind(name)}); convert them first, e.g. with "
+                            f"({kind_name(name)}); convert them first, e.g. with "
                             "ndl.ops.astype(x, \"float32\")")
         return out
 
