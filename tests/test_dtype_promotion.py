@@ -35,6 +35,7 @@ BINARY = {
     "multiply": lambda a, b: a * b,
     "add (function)": ndl.add,
     "multiply (function)": ndl.multiply,
+    "add_n": lambda a, b: ndl.add_n(a, b),
     "stack": lambda a, b: ndl.stack([a, b], 0),
 }
 

@@ -21,6 +21,9 @@ from .movement import sum_array_to_shape, sum_to_shape
 def as_scalar(value: Any, op: str = "scalar op") -> int | float | bool:
     """A Python number from a number, a numpy scalar or any one-element array.
 
+    (The arithmetic scalar ops take a bool as the int it equals, True as 1, so it takes a
+    numeric tensor's dtype on every device: strict refuses bools there.)
+
     Arrays become Python numbers, which every namespace (strict included) accepts and which
     keep the tensor's dtype; larger arrays raise TypeError (they belong in a Tensor).
     """
@@ -52,12 +55,6 @@ def _item(array: Any) -> int | float | bool | complex:
         if xp.isdtype(array.dtype, kind):
             return cast(array)
     return complex(array)
-
-
-def _number(scalar: int | float | bool) -> int | float:
-    """A scalar operand of arithmetic: a bool counts as the int it equals (True: 1), so it
-    takes a numeric tensor's dtype on every device (strict refuses bools there)."""
-    return int(scalar) if scalar.__class__ is bool else scalar
 
 
 def unbroadcast(adjoint: Tensor | None, x: Tensor) -> Tensor | None:
@@ -127,10 +124,9 @@ def add(a: Tensor, b: Tensor) -> Tensor:
     return EWiseAdd()(a, b)
 
 
-class AddN(PromotingOp):
-    """a0 + a1 + ... in one node (the engine sums partial adjoints with it)."""
-
-    op_name = "add_n"
+class AddN(TensorOp):
+    """a0 + a1 + ... in one node (the engine sums partial adjoints with it: they have their
+    input's dtype, so it leaves promotion to `add_n`)."""
 
     def compute(self, *arrays):
         out = arrays[0]
@@ -145,7 +141,7 @@ class AddN(PromotingOp):
 
 def add_n(*tensors: Tensor) -> Tensor:
     """The sum of any number of tensors, as one node."""
-    return tensors[0] if len(tensors) == 1 else AddN()(*tensors)
+    return tensors[0] if len(tensors) == 1 else AddN()(*promote("add_n", tensors))
 
 
 class ScaleShift(PromotingOp):
@@ -186,7 +182,8 @@ class AddScalar(TensorOp):
     """a + scalar."""
 
     def __init__(self, scalar):
-        self.scalar = _number(as_scalar(scalar, "add_scalar"))
+        scalar = as_scalar(scalar, "add_scalar")
+        self.scalar = int(scalar) if scalar.__class__ is bool else scalar  # True: 1
 
     def compute(self, a):
         try:
@@ -253,7 +250,8 @@ class MulScalar(TensorOp):
     """a * scalar."""
 
     def __init__(self, scalar):
-        self.scalar = _number(as_scalar(scalar, "mul_scalar"))
+        scalar = as_scalar(scalar, "mul_scalar")
+        self.scalar = int(scalar) if scalar.__class__ is bool else scalar  # True: 1
 
     def compute(self, a):
         try:
@@ -311,7 +309,8 @@ class PowerScalar(TensorOp):
     """a ** scalar."""
 
     def __init__(self, scalar):
-        self.scalar = _number(as_scalar(scalar, "power_scalar"))
+        scalar = as_scalar(scalar, "power_scalar")
+        self.scalar = int(scalar) if scalar.__class__ is bool else scalar  # True: 1
 
     def compute(self, a):
         try:
@@ -338,7 +337,8 @@ class RPowerScalar(TensorOp):
     """scalar ** a."""
 
     def __init__(self, scalar):
-        self.scalar = _number(as_scalar(scalar, "rpower_scalar"))
+        scalar = as_scalar(scalar, "rpower_scalar")
+        self.scalar = int(scalar) if scalar.__class__ is bool else scalar  # True: 1
 
     def compute(self, a):
         try:
@@ -401,7 +401,8 @@ class DivScalar(TensorOp):
     """a / scalar."""
 
     def __init__(self, scalar):
-        self.scalar = _number(as_scalar(scalar, "divide_scalar"))
+        scalar = as_scalar(scalar, "divide_scalar")
+        self.scalar = int(scalar) if scalar.__class__ is bool else scalar  # True: 1
 
     def compute(self, a):
         try:
