@@ -33,8 +33,11 @@ def backward_arrays(output: Value, out_grad: Any) -> None:
         partials = partials_of.pop(node, None)
         if partials is None:
             continue
-        if node._version != clock and node.op is not None:  # something changed since
-            check_versions(node)
+        version = node._version
+        if version != clock:  # something changed since this node was made (BatchNorm's
+            for inp in node.inputs:  # running statistics, every training forward): check
+                if inp._version > version:
+                    check_versions(node)  # raises
         if node.__class__ is not Tensor and isinstance(node, TensorTuple):
             grad = _sum_tuples(partials)
         elif len(partials) == 1:

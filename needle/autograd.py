@@ -218,7 +218,8 @@ def mark_modified(*values: Value) -> None:
 
 
 def check_versions(node: Value) -> None:
-    """Raise PyTorch's RuntimeError when an input of `node` changed after `node` was made."""
+    """Raise PyTorch's RuntimeError when an input of `node` changed after `node` was made
+    (the engines inline the comparison and call this to raise)."""
     version = node._version
     for i, inp in enumerate(node.inputs):
         if inp._version > version:
@@ -565,8 +566,11 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
         partials = partials_of.pop(node, None)
         if partials is None:
             continue
-        if node._version != clock and node.op is not None:  # something changed since
-            check_versions(node)
+        version = node._version
+        if version != clock:  # something changed since this node was made (BatchNorm's
+            for inp in node.inputs:  # running statistics, every training forward): check
+                if inp._version > version:
+                    check_versions(node)  # raises
         if len(partials) == 1:
             grad = partials[0]
         elif isinstance(node, Tensor):
