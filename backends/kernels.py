@@ -128,8 +128,8 @@ def softmax_xent(np: Any, logits: Any, labels: Any) -> tuple[Any, Any, Any] | No
     """The mean cross-entropy of (n, k) `logits` against int `labels`, the portable op's
     sums in its order but with one fresh (n, k) array instead of two: (loss, exp(logits -
     max), row sums). None for arrays it cannot take (the op's portable code then runs)."""
-    if logits.ndim != 2 or logits.dtype.kind != "f":
-        return None
+    if logits.ndim != 2 or logits.dtype.kind != "f" or logits.shape[1] == 0:
+        return None  # (no classes: no row max to shift by)
     n = logits.shape[0]
     m = np.maximum.reduce(logits, axis=1, keepdims=True)
     m = np.where(np.isfinite(m), m, 0)  # an all -inf row is shifted by 0 (-inf, not NaN)
@@ -137,14 +137,15 @@ def softmax_xent(np: Any, logits: Any, labels: Any) -> tuple[Any, Any, Any] | No
     picked = np.take_along_axis(e, labels.reshape(n, 1), axis=1)  # before exp, in place
     np.exp(e, out=e)
     sums = np.add.reduce(e, axis=1, keepdims=True)
-    return np.add.reduce(np.log(sums) - picked, axis=None) * (1.0 / n), e, sums
+    # the mean over no rows is NaN, as PyTorch's
+    return np.add.reduce(np.log(sums) - picked, axis=None) * (1.0 / n if n else np.nan), e, sums
 
 
 def softmax_xent_grad_in_place(np: Any, e: Any, sums: Any, labels: Any, g: Any) -> Any:
     """g (softmax - onehot(labels)) / n written over `e` = exp(logits - max) (the forward's
     own array, used by nothing else) with its row `sums`: the portable rule's arithmetic."""
     n = e.shape[0]
-    scale = g * (1.0 / n)
+    scale = g * (1.0 / n if n else np.nan)
     np.multiply(e, scale / sums, out=e)
     e[np.arange(n), labels] -= scale
     return e

@@ -13,17 +13,31 @@ from __future__ import annotations
 
 from typing import Any
 
-from .autograd import OneHotAdjoint, Tensor, TensorTuple, Value, find_topo_sort
+from . import autograd
+from .autograd import (
+    OneHotAdjoint,
+    Tensor,
+    TensorTuple,
+    Value,
+    check_versions,
+    find_topo_sort,
+)
 from .backends import device_of, namespace
 
 
 def backward_arrays(output: Value, out_grad: Any) -> None:
     """Set `.grad` of every node `output` depends on, from the adjoint array `out_grad`."""
     partials_of: dict[Value, list] = {output: [out_grad]}
+    clock = autograd._VERSION_CLOCK
     for node in reversed(find_topo_sort([output], requiring_grad=True)):
         partials = partials_of.pop(node, None)
         if partials is None:
             continue
+        version = node._version
+        if version != clock:  # something changed since this node was made (BatchNorm's
+            for inp in node.inputs:  # running statistics, every training forward): check
+                if inp._version > version:
+                    check_versions(node)  # raises
         if node.__class__ is not Tensor and isinstance(node, TensorTuple):
             grad = _sum_tuples(partials)
         elif len(partials) == 1:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import weakref
 from typing import Any, Iterable
 
@@ -21,6 +22,12 @@ from .grad_mode import (  # noqa: F401  (re-exported: needle.autograd.no_grad is
 LAZY_MODE = False
 # Number of live Values, for spotting leaked graphs.
 TENSOR_COUNTER = 0
+# The version clock: counts in-place changes (optimizer steps, `.data` writes...) of any Value.
+# An op's output is stamped with the clock when made; a changed Value is stamped with the
+# next reading. An input stamped later than the node that used it was changed after the
+# graph was built: backward() refuses it (PyTorch's "modified by an inplace operation").
+_VERSION_CLOCK = 0
+_version_lock = threading.Lock()
 
 
 class Op:
@@ -72,7 +79,7 @@ class Value:
     # lazy value is computed): the framework reads and writes it directly. Course code sees
     # it through `cached_data` and `realize_cached_data()`, as backend_ndarray.NDArray views.
     __slots__ = ("op", "inputs", "_array", "requires_grad", "device", "_grad",
-                 "__weakref__")
+                 "_version", "__weakref__")
 
     op: Op | None
     inputs: tuple[Value, ...]
@@ -87,6 +94,7 @@ class Value:
             for node in find_topo_sort([self]):
                 if node._array is None:
                     node._array = node.op.compute(*[x._array for x in node.inputs])
+                    node._version = _VERSION_CLOCK  # computed now: from the inputs' data now
         return self._array
 
     def realize_cached_data(self) -> Any:
@@ -103,6 +111,7 @@ class Value:
     @cached_data.setter
     def cached_data(self, data: Any) -> None:
         self._array = _raw(data)
+        mark_modified(self)  # a graph built on this value would now read the new data
 
     @property
     def grad(self) -> Value | None:
@@ -168,6 +177,7 @@ class Value:
         self.requires_grad = requires_grad
         self.device = device
         self._grad = None
+        self._version = 0
 
     @classmethod
     def make_const(cls, data: Any, requires_grad: bool = False, *, device: Device | None = None):
@@ -201,6 +211,7 @@ class Value:
         value.device = device
         value._grad = None
         value.requires_grad = requires_grad
+        value._version = _VERSION_CLOCK
         if LAZY_MODE:
             value.op, value.inputs, value._array = op, inputs, None
             return value
@@ -215,6 +226,38 @@ class Value:
         else:  # nothing to differentiate: keep no references to the inputs
             value.op, value.inputs = None, ()
         return value
+
+
+def mark_modified(*values: Value) -> None:
+    """Record that the data of `values` changed in place or was replaced (optimizer steps,
+    `.data` writes, loading a state dict): a graph built before on them can no longer be
+    differentiated, and backward() through it raises a RuntimeError."""
+    global _VERSION_CLOCK
+    with _version_lock:
+        _VERSION_CLOCK += 1
+        for value in values:
+            value._version = _VERSION_CLOCK
+
+
+def check_versions(node: Value) -> None:
+    """Raise PyTorch's RuntimeError when an input of `node` changed after `node` was made
+    (the engines inline the comparison and call this to raise)."""
+    version = node._version
+    for i, inp in enumerate(node.inputs):
+        if inp._version > version:
+            data = inp._array
+            if isinstance(data, tuple):
+                what = "TensorTuple of shapes " + ", ".join(str(tuple(a.shape)) for a in data)
+            else:
+                what = (f"{type(inp).__name__} {inp.device.public_dtype(data.dtype)} "
+                        f"{tuple(data.shape)}")
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified by an "
+                f"inplace operation: [needle.{what}], input {i} of {type(node.op).__name__}, "
+                "was changed (by an optimizer step, a .data assignment, load_state_dict or "
+                "another in-place update) after the graph was built; call backward() before "
+                "changing it, or run the forward again"
+            )
 
 
 def _rebuild_value(cls: type, device: Device, host: Any, requires_grad: bool,
@@ -377,6 +420,7 @@ class Tensor(Value):
             )
         self._array = value._realize()
         self.device = value.device
+        mark_modified(self)  # a graph holding this tensor would now see the new data
 
     def backward(self, out_grad: Tensor | None = None, *, create_graph: bool = True) -> None:
         """Set `.grad` on every node that this tensor depends on.
@@ -427,20 +471,29 @@ class Tensor(Value):
     # ----- operators: Tensor operands use the EWise ops, Python numbers the scalar ops ------
     def __add__(self, other: Any) -> Tensor:
         if isinstance(other, Tensor):
-            return _make(_ops.EWiseAdd(), (self, other))
+            a, b = self._array, other._array
+            if a is not None and b is not None and a.dtype is b.dtype:  # the hot case
+                return _make(_ops.EWiseAdd(), (self, other))
+            return _ops.EWiseAdd()(self, other)  # promotes mixed dtypes (ops/dtypes.py)
         return _make(_ops.AddScalar(other), (self,))
 
     __radd__ = __add__
 
     def __mul__(self, other: Any) -> Tensor:
         if isinstance(other, Tensor):
-            return _make(_ops.EWiseMul(), (self, other))
+            a, b = self._array, other._array
+            if a is not None and b is not None and a.dtype is b.dtype:  # the hot case
+                return _make(_ops.EWiseMul(), (self, other))
+            return _ops.EWiseMul()(self, other)  # promotes mixed dtypes (ops/dtypes.py)
         return _make(_ops.MulScalar(other), (self,))
 
     __rmul__ = __mul__
 
     def __sub__(self, other: Any) -> Tensor:
         if isinstance(other, Tensor):
+            a, b = self._array, other._array
+            if a is None or b is None or a.dtype is not b.dtype:  # before the negation
+                self, other = _ops.dtypes.promote("subtract", (self, other))
             return _ops.EWiseAdd()(self, _ops.Negate()(other))
         return _ops.AddScalar(-_ops.as_scalar(other))(self)
 
@@ -449,7 +502,7 @@ class Tensor(Value):
 
     def __truediv__(self, other: Any) -> Tensor:
         if isinstance(other, Tensor):
-            return _make(_ops.EWiseDiv(), (self, other))
+            return _ops.EWiseDiv()(self, other)
         return _make(_ops.DivScalar(other), (self,))
 
     def __rtruediv__(self, other: Any) -> Tensor:
@@ -457,7 +510,7 @@ class Tensor(Value):
 
     def __pow__(self, other: Any) -> Tensor:
         if isinstance(other, Tensor):
-            return _make(_ops.EWisePow(), (self, other))
+            return _ops.EWisePow()(self, other)
         return _make(_ops.PowerScalar(other), (self,))
 
     def __rpow__(self, other: Any) -> Tensor:
@@ -547,10 +600,16 @@ def compute_gradient_of_variables(output_tensor: Tensor, out_grad: Tensor) -> No
         backward_arrays(output_tensor, out_grad._realize())
         return
     partials_of: dict[Value, list[Value]] = {output_tensor: [out_grad]}
+    clock = _VERSION_CLOCK
     for node in reversed(find_topo_sort([output_tensor], requiring_grad=True)):
         partials = partials_of.pop(node, None)
         if partials is None:
             continue
+        version = node._version
+        if version != clock:  # something changed since this node was made (BatchNorm's
+            for inp in node.inputs:  # running statistics, every training forward): check
+                if inp._version > version:
+                    check_versions(node)  # raises
         if len(partials) == 1:
             grad = partials[0]
         elif isinstance(node, Tensor):

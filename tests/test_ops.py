@@ -333,6 +333,7 @@ CASES = [
          lambda a: a + 0.0, [(3, 4)]),
     Case("make_tuple", lambda a, b: ndl.make_tuple(a, b)[1] - ndl.make_tuple(a, b)[0],
          lambda a, b: b - a, [(3, 4), (3, 4)]),
+    Case("astype", lambda a: ndl.astype(a, "float64") * 2.0, lambda a: a * 2.0, [(3, 4)]),
 ]
 
 

@@ -16,7 +16,7 @@ import shlex
 import sys
 from typing import Any
 
-from ..autograd import Tensor
+from ..autograd import Tensor, mark_modified
 from ..backends.mpi_buffers import HostStaging, dtype_of, int64_pair, on_buffer
 
 INSTALL_HINT = ("needle.distributed needs mpi4py and an MPI library (needle's distributed "
@@ -242,6 +242,7 @@ def _result(x: Any, out: Any) -> Any:
     if isinstance(x, Tensor):
         if out is not x._array:
             x._array = out
+        mark_modified(x)  # changed in place or replaced: graphs built before see stale data
         return x
     return out
 

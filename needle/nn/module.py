@@ -5,7 +5,7 @@ from __future__ import annotations
 import operator
 from typing import Any, Iterator, Mapping
 
-from ..autograd import Tensor
+from ..autograd import Tensor, mark_modified
 from ..backends import Device
 
 
@@ -240,6 +240,7 @@ class Module:
                 arrays[key] = target.device.asarray(raw, dtype=target.dtype)
         for key, array in arrays.items():
             own[key]._array = array
+        mark_modified(*(own[key] for key in arrays))  # graphs built before see stale data
 
     def to(self, device: Device) -> Module:
         """Move every parameter, buffer (and gradient) to `device`, in place; returns self."""
@@ -247,6 +248,7 @@ class Module:
             if t.device != device:
                 t._array = device.asarray(t._realize())
                 t.device = device
+                mark_modified(t)
                 if t.grad is not None:
                     grad = device.asarray(t.grad._realize())
                     t.grad = Tensor.make_const(grad, device=device)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .. import init, ops
-from ..autograd import Tensor
+from ..autograd import Tensor, mark_modified
 from ..backends import Device
 from .module import Module, Parameter, check_size
 
@@ -68,6 +68,7 @@ class BatchNorm1d(Module):
             if new.dtype != old.dtype:
                 new = xp.astype(new, old.dtype)
             buf._array = new
+        mark_modified(self.running_mean, self.running_var)
 
     def extra_repr(self) -> str:
         return f"{self.dim}, eps={self.eps}, momentum={self.momentum}"

@@ -8,6 +8,7 @@ from .elementwise import (
     divide, divide_scalar, exp, log, mul_scalar, multiply, negate, power,
     power_scalar, relu, rpower_scalar, sigmoid, tanh,
 )
+from .dtypes import AsType, astype
 from .conv import Col2Im, Conv, Im2Col, Pad, Taps, conv, im2col, pad
 from .embedding import EmbeddingLookup, SegmentSum, embedding
 from .linalg import Affine, MatMul, affine, matmul
@@ -50,6 +51,7 @@ __all__ = [
     "SoftmaxCrossEntropy", "SoftmaxCrossEntropyGrad", "softmax_cross_entropy",
     "Softmax", "SoftmaxGrad", "softmax", "ScaleShift", "scale_shift",
     "LSTMCellState", "LSTMCellOutput", "lstm_cell_state", "lstm_cell_output",
+    "AsType", "astype",
 ]
 
 __getattr__ = course_getattr(__name__)  # the course's `array_api` and `NDArray`, lazily

@@ -19,6 +19,7 @@ from __future__ import annotations
 from ..autograd import Tensor, TensorOp
 from ..backends import device_of, namespace
 from .axes import int_at_least
+from .dtypes import PromotingOp
 from .linalg import MatMul
 from .movement import GetItem, Reshape, permute, reshape, sum_array_to_shape, sum_to_shape
 from .windows import add_windows, window_slices
@@ -177,8 +178,10 @@ class Col2Im(TensorOp):
         return Taps(self.kernel, self.stride, self.padding)(out_grad)
 
 
-class Conv(TensorOp):
+class Conv(PromotingOp):
     """2-D cross-correlation of NHWC `a` with (K, K, C_in, C_out) `b`: NHWC out."""
+
+    op_name = "conv"
 
     def __init__(self, stride: int = 1, padding: int = 0):
         self.stride = int_at_least("conv", "stride", stride, 1)

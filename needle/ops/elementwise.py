@@ -7,11 +7,22 @@ from typing import Any
 
 from ..autograd import Tensor, TensorOp
 from ..backends import device_of, namespace
+from .dtypes import (
+    PromotingOp,
+    check_floating_result,
+    check_scalar_result,
+    kind_name,
+    promote,
+    scalar_error,
+)
 from .movement import sum_array_to_shape, sum_to_shape
 
 
 def as_scalar(value: Any, op: str = "scalar op") -> int | float | bool:
     """A Python number from a number, a numpy scalar or any one-element array.
+
+    (The arithmetic scalar ops take a bool as the int it equals, True as 1, so it takes a
+    numeric tensor's dtype on every device: strict refuses bools there.)
 
     Arrays become Python numbers, which every namespace (strict included) accepts and which
     keep the tensor's dtype; larger arrays raise TypeError (they belong in a Tensor).
@@ -79,6 +90,12 @@ def check_broadcast(op: str, a, b) -> None:
 class EWiseAdd(TensorOp):
     """a + b."""
 
+    def __call__(self, a: Tensor, b: Tensor) -> Tensor:
+        da, db = a._array, b._array
+        if da is None or db is None or da.dtype is not db.dtype:  # (strict's never are)
+            a, b = promote("add", (a, b))
+        return Tensor.make_from_op(self, (a, b))
+
     def compute(self, a, b):
         if a.shape != b.shape:  # (inline: the equal-shape case is the hot one)
             check_broadcast("add", a, b)
@@ -108,7 +125,8 @@ def add(a: Tensor, b: Tensor) -> Tensor:
 
 
 class AddN(TensorOp):
-    """a0 + a1 + ... in one node (the engine sums partial adjoints with it)."""
+    """a0 + a1 + ... in one node (the engine sums partial adjoints with it: they have their
+    input's dtype, so it leaves promotion to `add_n`)."""
 
     def compute(self, *arrays):
         out = arrays[0]
@@ -123,15 +141,17 @@ class AddN(TensorOp):
 
 def add_n(*tensors: Tensor) -> Tensor:
     """The sum of any number of tensors, as one node."""
-    return tensors[0] if len(tensors) == 1 else AddN()(*tensors)
+    return tensors[0] if len(tensors) == 1 else AddN()(*promote("add_n", tensors))
 
 
-class ScaleShift(TensorOp):
+class ScaleShift(PromotingOp):
     """x * w + b in one node (the affine half of a normalisation layer), broadcasting.
 
     The shift is added to the product's fresh array (in place where the device allows); the
     gradient is (g w, sum(g x), sum(g)), each summed back to its input's shape, needle ops.
     """
+
+    op_name = "scale_shift"
 
     def compute(self, x, w, b):
         check_broadcast("scale_shift", x, w)
@@ -162,10 +182,17 @@ class AddScalar(TensorOp):
     """a + scalar."""
 
     def __init__(self, scalar):
-        self.scalar = as_scalar(scalar, "add_scalar")
+        scalar = as_scalar(scalar, "add_scalar")
+        self.scalar = int(scalar) if scalar.__class__ is bool else scalar  # True: 1
 
     def compute(self, a):
-        return a + self.scalar
+        try:
+            out = a + self.scalar
+        except TypeError:  # strict refuses what the others promote
+            raise scalar_error("add_scalar", a, self.scalar) from None
+        if out.dtype is not a.dtype:
+            check_scalar_result("add_scalar", a, self.scalar, out)
+        return out
 
     def gradient(self, out_grad, node):
         return out_grad
@@ -181,6 +208,12 @@ def add_scalar(a: Tensor, scalar) -> Tensor:
 
 class EWiseMul(TensorOp):
     """a * b."""
+
+    def __call__(self, a: Tensor, b: Tensor) -> Tensor:
+        da, db = a._array, b._array
+        if da is None or db is None or da.dtype is not db.dtype:  # (strict's never are)
+            a, b = promote("multiply", (a, b))
+        return Tensor.make_from_op(self, (a, b))
 
     def compute(self, a, b):
         if a.shape != b.shape:  # (inline: the equal-shape case is the hot one)
@@ -217,10 +250,17 @@ class MulScalar(TensorOp):
     """a * scalar."""
 
     def __init__(self, scalar):
-        self.scalar = as_scalar(scalar, "mul_scalar")
+        scalar = as_scalar(scalar, "mul_scalar")
+        self.scalar = int(scalar) if scalar.__class__ is bool else scalar  # True: 1
 
     def compute(self, a):
-        return a * self.scalar
+        try:
+            out = a * self.scalar
+        except TypeError:  # strict refuses what the others promote
+            raise scalar_error("mul_scalar", a, self.scalar) from None
+        if out.dtype is not a.dtype:
+            check_scalar_result("mul_scalar", a, self.scalar, out)
+        return out
 
     def gradient(self, out_grad, node):
         return out_grad * self.scalar
@@ -234,8 +274,10 @@ def mul_scalar(a: Tensor, scalar) -> Tensor:
     return MulScalar(scalar)(a)
 
 
-class EWisePow(TensorOp):
+class EWisePow(PromotingOp):
     """a ** b, elementwise."""
+
+    op_name = "power"
 
     def compute(self, a, b):
         check_broadcast("power", a, b)
@@ -267,10 +309,17 @@ class PowerScalar(TensorOp):
     """a ** scalar."""
 
     def __init__(self, scalar):
-        self.scalar = as_scalar(scalar, "power_scalar")
+        scalar = as_scalar(scalar, "power_scalar")
+        self.scalar = int(scalar) if scalar.__class__ is bool else scalar  # True: 1
 
     def compute(self, a):
-        return a**self.scalar
+        try:
+            out = a**self.scalar
+        except TypeError:  # strict refuses what the others promote
+            raise scalar_error("power_scalar", a, self.scalar) from None
+        if out.dtype is not a.dtype:
+            check_scalar_result("power_scalar", a, self.scalar, out)
+        return out
 
     def gradient(self, out_grad, node):
         a = node.inputs[0]
@@ -288,10 +337,17 @@ class RPowerScalar(TensorOp):
     """scalar ** a."""
 
     def __init__(self, scalar):
-        self.scalar = as_scalar(scalar, "rpower_scalar")
+        scalar = as_scalar(scalar, "rpower_scalar")
+        self.scalar = int(scalar) if scalar.__class__ is bool else scalar  # True: 1
 
     def compute(self, a):
-        return self.scalar**a
+        try:
+            out = self.scalar**a
+        except TypeError:  # strict refuses what the others promote
+            raise scalar_error("rpower_scalar", a, self.scalar) from None
+        if out.dtype is not a.dtype:
+            check_scalar_result("rpower_scalar", a, self.scalar, out)
+        return out
 
     def gradient(self, out_grad, node):
         # d/da c^a = c^a log c. As PyTorch: NaN for c < 0 (no real log); for c == 0, 0 where
@@ -311,12 +367,23 @@ def rpower_scalar(a: Tensor, scalar) -> Tensor:
     return RPowerScalar(scalar)(a)
 
 
-class EWiseDiv(TensorOp):
-    """a / b."""
+class EWiseDiv(PromotingOp):
+    """a / b (true division: floating tensors)."""
+
+    op_name = "divide"
 
     def compute(self, a, b):
         check_broadcast("divide", a, b)
-        return a / b
+        try:
+            out = a / b
+        except TypeError:  # strict: integer true division
+            out = None
+        if out is None or out.dtype is not a.dtype and out.dtype != a.dtype:
+            name = device_of(a).public_dtype(a.dtype).name
+            raise TypeError(f"divide: true division needs floating tensors, got {name} "
+                            f"({kind_name(name)}); convert them first, e.g. with "
+                            "ndl.ops.astype(x, \"float32\")")
+        return out
 
     def gradient(self, out_grad, node):
         a, b = node.inputs
@@ -334,10 +401,17 @@ class DivScalar(TensorOp):
     """a / scalar."""
 
     def __init__(self, scalar):
-        self.scalar = as_scalar(scalar, "divide_scalar")
+        scalar = as_scalar(scalar, "divide_scalar")
+        self.scalar = int(scalar) if scalar.__class__ is bool else scalar  # True: 1
 
     def compute(self, a):
-        return a / self.scalar
+        try:
+            out = a / self.scalar
+        except TypeError:  # strict refuses what the others promote
+            raise scalar_error("divide", a, self.scalar) from None
+        if out.dtype is not a.dtype:
+            check_scalar_result("divide", a, self.scalar, out)
+        return out
 
     def gradient(self, out_grad, node):
         return out_grad / self.scalar
@@ -373,7 +447,13 @@ class Log(TensorOp):
     """Natural logarithm."""
 
     def compute(self, a):
-        return namespace(a).log(a)
+        try:
+            out = namespace(a).log(a)
+        except TypeError:  # strict: floating input only
+            out = None
+        if out is None or out.dtype is not a.dtype:
+            check_floating_result("log", a, out)
+        return out
 
     def gradient(self, out_grad, node):
         return out_grad / node.inputs[0]  # d/da log a = 1/a
@@ -388,7 +468,13 @@ class Exp(TensorOp):
     """e ** a."""
 
     def compute(self, a):
-        return namespace(a).exp(a)
+        try:
+            out = namespace(a).exp(a)
+        except TypeError:  # strict: floating input only
+            out = None
+        if out is None or out.dtype is not a.dtype:
+            check_floating_result("exp", a, out)
+        return out
 
     def gradient(self, out_grad, node):
         return out_grad * node  # d/da e^a = e^a
@@ -434,7 +520,13 @@ class Tanh(TensorOp):
     """Hyperbolic tangent."""
 
     def compute(self, a):
-        return namespace(a).tanh(a)
+        try:
+            out = namespace(a).tanh(a)
+        except TypeError:  # strict: floating input only
+            out = None
+        if out is None or out.dtype is not a.dtype:
+            check_floating_result("tanh", a, out)
+        return out
 
     def gradient(self, out_grad, node):
         return out_grad * (1 - node**2)  # d/da tanh a = 1 - tanh^2 a
@@ -449,7 +541,13 @@ class Sigmoid(TensorOp):
     """1 / (1 + e^-a), computed as (1 + tanh(a/2)) / 2 so it never overflows."""
 
     def compute(self, a):
-        return (namespace(a).tanh(a * 0.5) + 1) * 0.5
+        try:
+            out = (namespace(a).tanh(a * 0.5) + 1) * 0.5
+        except TypeError:  # strict: floating input only
+            out = None
+        if out is None or out.dtype is not a.dtype:
+            check_floating_result("sigmoid", a, out)
+        return out
 
     def gradient(self, out_grad, node):
         return out_grad * node * (1 - node)  # s' = s (1 - s)

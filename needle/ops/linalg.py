@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from ..autograd import Tensor, TensorOp
+from ..autograd import Tensor
 from ..backends import device_of, namespace
+from .dtypes import PromotingOp
 from .elementwise import check_broadcast
 from .movement import Reshape, reshape, sum_array_to_shape, sum_to_shape
 
 
-class MatMul(TensorOp):
+class MatMul(PromotingOp):
     """a @ b for tensors of 2 or more dimensions; batch dimensions broadcast.
 
     `transpose_a` / `transpose_b` multiply by the swapped last two axes instead (as BLAS
     does), so the gradients below need no Transpose nodes.
     """
+
+    op_name = "matmul"
 
     def __init__(self, transpose_a: bool = False, transpose_b: bool = False):
         self.transpose_a = transpose_a
@@ -98,13 +101,15 @@ def matmul_adjoints(a: Tensor, b: Tensor, out_grad: Tensor, ta: bool = False,
     return grad_a, grad_b
 
 
-class Affine(TensorOp):
+class Affine(PromotingOp):
     """x @ w + b in one node (a Linear layer): x (..., n_in), w (n_in, n_out), b broadcasting
     against (..., n_out).
 
     The bias is added to the product's fresh array (in place where the device allows), and
     the gradient is MatMul's plus the bias's sum over the broadcast axes, all needle ops.
     """
+
+    op_name = "linear"
 
     def compute(self, x, w, b):
         out = MatMul().compute(x, w)

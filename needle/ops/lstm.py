@@ -9,8 +9,9 @@ unfused step records eleven. Their gradients are needle ops while a graph is bei
 
 from __future__ import annotations
 
-from ..autograd import Tensor, TensorOp
+from ..autograd import Tensor
 from ..backends import namespace
+from .dtypes import PromotingOp
 from .elementwise import sigmoid, tanh
 from .movement import get_item, reshape
 from .tuple import stack
@@ -54,9 +55,11 @@ def _join_arrays(xp, blocks: list):
     return xp.concat([zero if b is None else b for b in blocks], axis=1)
 
 
-class LSTMCellState(TensorOp):
+class LSTMCellState(PromotingOp):
     """c' = f * c + i * g from the gates z (B, 4H) and the state c (B, H); c' = i * g
     without c (a zero state)."""
+
+    op_name = "lstm_cell_state"
 
     def compute(self, z, c=None):
         xp = namespace(z)
@@ -91,8 +94,10 @@ class LSTMCellState(TensorOp):
         return _join_arrays(xp, blocks), g * f
 
 
-class LSTMCellOutput(TensorOp):
+class LSTMCellOutput(PromotingOp):
     """h' = o * tanh(c') from the gates z (B, 4H) and the new state c' (B, H)."""
+
+    op_name = "lstm_cell_output"
 
     def compute(self, z, c):
         xp = namespace(z)

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import math
+
 from ..autograd import Tensor, TensorOp
 from ..backends import device_of, namespace
 from .axes import freeze_axes, normalize_axes
 from .elementwise import exp
 from .movement import BroadcastTo, Reshape, broadcast_to, reshape
+
+
+def mean_factor(n: int) -> float:
+    """1 / n for a mean over n items; NaN for none (PyTorch's mean of an empty batch)."""
+    return 1.0 / n if n else math.nan
 
 
 def keepdims_shape(shape: tuple, axes: tuple[int, ...]) -> tuple[int, ...]:
@@ -23,7 +30,13 @@ def expand_reduced(t: Tensor, in_shape: tuple, axes: tuple[int, ...]) -> Tensor:
 
 
 def _finite_max(xp, a, axes: tuple[int, ...]):
-    """The keepdims max over `axes`, with 0 for all -inf (or inf) slices, for shifting by."""
+    """The keepdims max over `axes`, with 0 for all -inf (or inf) slices, for shifting by.
+
+    Empty slices (a reduced axis of size 0) are shifted by 0 too: their logsumexp is -inf
+    and their softmax empty, as PyTorch's are.
+    """
+    if 0 in a.shape and any(a.shape[ax] == 0 for ax in axes):
+        return xp.zeros(keepdims_shape(tuple(a.shape), axes), dtype=a.dtype, device=a.device)
     m = xp.max(a, axis=axes, keepdims=True)
     # shifting such a slice by 0 instead gives -inf (inf) for logsumexp, not NaN
     return xp.where(xp.isfinite(m), m, xp.zeros_like(m))
@@ -65,6 +78,10 @@ class Max(TensorOp):
 
     def compute(self, a):
         axes = None if self.axes is None else normalize_axes("max", self.axes, a.shape)
+        if 0 in a.shape and any(a.shape[ax] == 0 for ax in
+                                (range(a.ndim) if axes is None else axes)):
+            raise ValueError(f"max: cannot reduce over an empty axis (shape {tuple(a.shape)}, "
+                             f"axes {self.axes}): the maximum of no elements is undefined")
         return namespace(a).max(a, axis=axes, keepdims=self.keepdims)
 
     def gradient(self, out_grad, node):
@@ -92,9 +109,12 @@ class LogSumExp(TensorOp):
     def compute(self, a):
         xp = namespace(a)
         axes = normalize_axes("logsumexp", self.axes, a.shape)
+        shape = tuple(s for i, s in enumerate(a.shape) if i not in axes)
+        if 0 in a.shape and any(a.shape[ax] == 0 for ax in axes):  # log(0), no warning
+            return xp.full(shape, -math.inf, dtype=a.dtype, device=a.device)
         m = _finite_max(xp, a, axes)
         out = xp.log(xp.sum(xp.exp(a - m), axis=axes, keepdims=True)) + m
-        return xp.reshape(out, tuple(s for i, s in enumerate(a.shape) if i not in axes))
+        return xp.reshape(out, shape)
 
     def gradient(self, out_grad, node):
         a = node.inputs[0]
@@ -123,6 +143,8 @@ class LogSoftmax(TensorOp):
     def compute(self, a):
         xp = namespace(a)
         axes = normalize_axes("logsoftmax", self.axes, a.shape)
+        if 0 in a.shape:  # nothing to compute (and no log(0) warning for an empty axis)
+            return xp.zeros_like(a)
         shifted = a - _finite_max(xp, a, axes)
         return shifted - xp.log(xp.sum(xp.exp(shifted), axis=axes, keepdims=True))
 
@@ -164,7 +186,7 @@ class SoftmaxCrossEntropy(TensorOp):
         sums = xp.sum(e, axis=1, keepdims=True)
         picked = xp.take_along_axis(shifted, xp.reshape(self.labels, (n, 1)), axis=1)
         self._saved = (logits, e, sums)  # for the gradient, while the graph lives
-        return xp.sum(xp.log(sums) - picked) * (1.0 / n)
+        return xp.sum(xp.log(sums) - picked) * mean_factor(n)
 
     def gradient(self, out_grad, node):
         saved, self._saved = self._saved, None
@@ -196,7 +218,7 @@ class SoftmaxCrossEntropyGrad(TensorOp):
         else:
             e = xp.exp(x - _finite_max(xp, x, (1,)))
             sums = xp.sum(e, axis=1, keepdims=True)
-        scale = g * (1.0 / n)
+        scale = g * mean_factor(n)
         p = e * (scale / sums)
         classes = xp.arange(k, dtype=self.labels.dtype, device=self.labels.device)
         hit = xp.reshape(self.labels, (n, 1)) == classes

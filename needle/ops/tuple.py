@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..autograd import OneHotAdjoint, Tensor, TensorOp, TensorTuple, TensorTupleOp
 from ..backends import namespace
 from .axes import normalize_axis
+from .dtypes import promote
 from .elementwise import as_scalar
 
 
@@ -133,7 +134,7 @@ def stack(args, axis: int) -> Tensor:
     for i, t in enumerate(tensors):
         if not isinstance(t, Tensor):
             raise TypeError(f"stack: expected Tensors, got {type(t).__name__} at position {i}")
-    return Stack(axis)(make_tuple(*tensors))
+    return Stack(axis)(make_tuple(*promote("stack", tuple(tensors))))
 
 
 class Split(TensorTupleOp):

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from ..autograd import Tensor
+from ..autograd import Tensor, mark_modified
 
 
 def check_range(owner: str, name: str, value: Any, low: float, high: float | None = None,
@@ -98,13 +98,20 @@ class Optimizer:
         """
         self.t += 1
         groups: dict[tuple, list[int]] = {}
+        big: list[int] = []
         for i, p in enumerate(self.params):
             if p.grad is not None:
                 data = p._realize()
                 if math.prod(data.shape) > self.flat_max_size:  # big: its own passes
-                    self._step_group([i])
+                    big.append(i)
                 else:
                     groups.setdefault((p.device, data.dtype), []).append(i)
+        # every parameter about to change gets a new version: backward() through a graph
+        # built before this step raises instead of differentiating with the new values
+        mark_modified(*(self.params[i] for i in big),
+                      *(self.params[i] for indices in groups.values() for i in indices))
+        for i in big:
+            self._step_group([i])
         for key, indices in groups.items():
             self._step_group(indices, key)
 

@@ -1,0 +1,151 @@
+"""Mixed dtypes follow one rule on every device: the array API's promotion table, a TypeError
+naming both dtypes where it has no entry (see ops/dtypes.py and the README)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import needle as ndl
+from needle import nn
+
+# (dtype a, dtype b, result): the array API standard's table, written out by hand
+PROMOTING = [
+    ("float32", "float64", "float64"),
+    ("int32", "int64", "int64"),
+    ("int8", "int16", "int16"),
+    ("int16", "int64", "int64"),
+    ("uint8", "int8", "int16"),
+    ("uint16", "int8", "int32"),
+    ("uint32", "int64", "int64"),
+    ("bool", "float32", "float32"),  # a mask, as numpy, torch and jax allow
+    ("int16", "bool", "int16"),
+]
+# pairs with no entry: floating with integer, uint64 with a signed integer
+MIXING = [
+    ("float32", "int64"),
+    ("float32", "int32"),
+    ("float64", "uint8"),
+    ("int16", "float64"),
+    ("uint64", "int64"),
+]
+BINARY = {
+    "add": lambda a, b: a + b,
+    "subtract": lambda a, b: a - b,
+    "multiply": lambda a, b: a * b,
+    "add (function)": ndl.add,
+    "multiply (function)": ndl.multiply,
+    "add_n": lambda a, b: ndl.add_n(a, b),
+    "stack": lambda a, b: ndl.stack([a, b], 0),
+}
+
+
+def tensor(values, dtype, device, requires_grad=False):
+    return ndl.Tensor(np.asarray(values), device=device, dtype=dtype,
+                      requires_grad=requires_grad)
+
+
+@pytest.mark.parametrize("a, b, result", PROMOTING)
+@pytest.mark.parametrize("op", list(BINARY))
+def test_same_kind_promotes_by_the_table(a, b, result, op, device):
+    x, y = tensor([1, 2], a, device), tensor([3, 4], b, device)
+    for out in (BINARY[op](x, y), BINARY[op](y, x)):
+        assert out.dtype == result
+        assert out.numpy().dtype == np.dtype(result)
+
+
+@pytest.mark.parametrize("a, b", MIXING)
+@pytest.mark.parametrize("op", list(BINARY) + ["divide", "power", "matmul"])
+def test_mixed_kinds_raise_a_type_error_naming_both(a, b, op, device):
+    fn = BINARY.get(op) or {"divide": lambda a, b: a / b, "power": lambda a, b: a**b,
+                            "matmul": lambda a, b: a @ b}[op]
+    x, y = tensor([[1, 0], [0, 1]], a, device), tensor([[1, 1], [0, 1]], b, device)
+    with pytest.raises(TypeError, match=f"dtypes {a} and {b} do not combine"):
+        fn(x, y)
+
+
+def test_floats_promote_in_divide_power_and_matmul(device):
+    x = tensor([[1.0, 2.0], [3.0, 4.0]], "float32", device)
+    y = tensor([[2.0, 1.0], [1.0, 2.0]], "float64", device)
+    for out in (x / y, y / x, x**y, x @ y, y @ x):
+        assert out.dtype == "float64"
+    np.testing.assert_allclose((x @ y).numpy(), x.numpy().astype(np.float64) @ y.numpy())
+
+
+@pytest.mark.parametrize("create_graph", [True, False])
+def test_float64_input_into_a_float32_linear(create_graph, device):
+    """float64 data promotes the layer's output (torch's matmul used to raise); the weights'
+    gradients keep the weights' dtype (as PyTorch's engine casts them)."""
+    np.random.seed(0)
+    layer = nn.Linear(3, 2, device=device)
+    x = np.random.randn(4, 3)
+    out = layer(tensor(x, "float64", device, requires_grad=True))
+    assert out.dtype == "float64"
+    w, b = layer.weight.numpy().astype(np.float64), layer.bias.numpy().astype(np.float64)
+    np.testing.assert_allclose(out.numpy(), x @ w + b, rtol=1e-12)
+    out.sum().backward(create_graph=create_graph)
+    assert layer.weight.grad.dtype == "float32" and layer.bias.grad.dtype == "float32"
+    np.testing.assert_allclose(layer.weight.grad.numpy(),
+                               np.broadcast_to(x.sum(0)[:, None], (3, 2)), rtol=1e-6)
+    np.testing.assert_allclose(layer.bias.grad.numpy(), [[4.0, 4.0]])
+
+
+@pytest.mark.parametrize("create_graph", [True, False])
+def test_promoted_operands_get_gradients_of_their_own_dtype(create_graph, device):
+    a = tensor([1.5, 2.0], "float32", device, requires_grad=True)
+    b = tensor([3.0, -1.0], "float64", device, requires_grad=True)
+    (a * b + a).sum().backward(create_graph=create_graph)
+    assert a.grad.dtype == "float32" and b.grad.dtype == "float64"
+    np.testing.assert_allclose(a.grad.numpy(), [4.0, 0.0])
+    np.testing.assert_allclose(b.grad.numpy(), [1.5, 2.0])
+
+
+def test_python_scalars_take_the_tensors_dtype(device):
+    f = tensor([1.0, 2.0], "float32", device)
+    i = tensor([1, 2], "int32", device)
+    for out in (f * 2, f + 2.5, 3 - f, f / 2, f**2, 2.0**f, f * True):
+        assert out.dtype == "float32"
+    for out in (i * 3, i + 1, 2 - i, i**2, i * True):
+        assert out.dtype == "int32"
+    np.testing.assert_array_equal((i * 3).numpy(), [3, 6])
+
+
+@pytest.mark.parametrize("fn, match", [
+    (lambda i: i * 2.5, "the scalar 2.5 with a tensor of dtype int32"),
+    (lambda i: i + 0.5, "the scalar 0.5 with a tensor of dtype int32"),
+    (lambda i: i / 2, "int32: true division needs a floating tensor"),
+    (lambda i: i / i, "true division needs floating tensors, got int32"),
+    (lambda i: 2.5**i, "the scalar 2.5 with a tensor of dtype int32"),
+    (lambda i: ndl.exp(i), "exp: needs a floating tensor, got int32"),
+    (lambda i: ndl.log(i), "log: needs a floating tensor, got int32"),
+    (lambda i: ndl.tanh(i), "tanh: needs a floating tensor, got int32"),
+    (lambda i: ndl.sigmoid(i), "sigmoid: needs a floating tensor, got int32"),
+])
+def test_what_an_integer_tensor_cannot_do_is_a_type_error(fn, match, device):
+    with pytest.raises(TypeError, match=match):
+        fn(tensor([1, 2], "int32", device))
+
+
+def test_a_bool_mask_takes_the_tensors_dtype_and_its_gradient(device):
+    """Course code's dropout: x * init.randb(...) / (1 - p)."""
+    x = tensor([1.5, -2.0, 3.0], "float32", device, requires_grad=True)
+    mask = tensor([True, False, True], "bool", device)
+    out = x * mask / 0.5
+    assert out.dtype == "float32"
+    np.testing.assert_array_equal(out.numpy(), [3.0, 0.0, 6.0])
+    out.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 0.0, 2.0])
+
+
+def test_bool_tensors_take_no_scalar_arithmetic(device):
+    with pytest.raises(TypeError, match="bool tensors take no part in arithmetic"):
+        tensor([True, False], "bool", device) + 1
+
+
+def test_astype_is_differentiable(device):
+    a = tensor([1.25, -2.0], "float64", device, requires_grad=True)
+    out = ndl.astype(a, "float32")
+    assert out.dtype == "float32"
+    (out * 3.0).sum().backward()
+    assert a.grad.dtype == "float64"
+    np.testing.assert_array_equal(a.grad.numpy(), [3.0, 3.0])

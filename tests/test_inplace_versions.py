@@ -1,0 +1,139 @@
+"""Data changed between forward and backward: backward() raises PyTorch's RuntimeError
+("modified by an inplace operation") naming the tensor's shape and the op, on both engines."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import needle as ndl
+from needle import nn, optim
+
+MODIFIED = r"modified by an inplace operation: \[needle\.Parameter float32 \(3, 2\)\]"
+
+
+def linear_and_input(device):
+    np.random.seed(0)
+    model = nn.Linear(3, 2, device=device)
+    x = ndl.Tensor(np.random.randn(4, 3).astype("float32"), device=device)
+    return model, x
+
+
+def numpy_linear_grads(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """d sum(x w + b) / dw, by hand."""
+    return np.broadcast_to(x.sum(axis=0)[:, None], w.shape)
+
+
+OPTIMIZERS = [
+    lambda ps: optim.SGD(ps, lr=0.5),
+    lambda ps: optim.SGD(ps, lr=0.5, momentum=0.9, weight_decay=0.1),
+    lambda ps: optim.Adam(ps, lr=0.1),
+]
+
+
+@pytest.mark.parametrize("make_opt", OPTIMIZERS, ids=["sgd", "sgd-momentum", "adam"])
+@pytest.mark.parametrize("flat", [True, False], ids=["flat", "one-by-one"])
+@pytest.mark.parametrize("create_graph", [True, False])
+def test_step_between_forward_and_backward_raises(make_opt, flat, create_graph, device):
+    """The issue's case: y = m(x); opt.step(); y.backward() used the new weights silently."""
+    model, x = linear_and_input(device)
+    opt = make_opt(model.parameters())
+    if not flat:
+        opt.flat_max_size = 0  # every parameter its own update (the in-place kernels on cpu)
+    for _ in range(2):  # the second step updates arrays the optimizer owns, in place on cpu
+        model(x).sum().backward(create_graph=create_graph)
+        opt.step()
+    y = model(x).sum()
+    opt.step()
+    with pytest.raises(RuntimeError, match=MODIFIED + r", input \d of \w+"):
+        y.backward(create_graph=create_graph)
+
+
+@pytest.mark.parametrize("create_graph", [True, False])
+def test_graph_built_after_step_differentiates(create_graph, device):
+    """No false alarm: steps between backward and the next forward are the usual loop, and
+    the gradients are those of the weights the forward used."""
+    model, x = linear_and_input(device)
+    opt = optim.Adam(model.parameters(), lr=0.1)
+    for _ in range(3):
+        model(x).sum().backward(create_graph=create_graph)
+        opt.step()
+    y = model(x).sum()
+    w = model.weight.numpy()
+    y.backward(create_graph=create_graph)
+    np.testing.assert_allclose(model.weight.grad.numpy(), numpy_linear_grads(w, x.numpy()),
+                               rtol=1e-6)
+
+
+@pytest.mark.parametrize("create_graph", [True, False])
+def test_data_assignment_between_forward_and_backward_raises(create_graph, device):
+    """The graph holds the tensor, which would now give its new data: an error, not a wrong
+    gradient."""
+    model, x = linear_and_input(device)
+    y = model(x).sum()
+    model.weight.data = model.weight.data * 2.0
+    with pytest.raises(RuntimeError, match=MODIFIED):
+        y.backward(create_graph=create_graph)
+
+
+@pytest.mark.parametrize("create_graph", [True, False])
+def test_changed_input_that_needs_no_grad_raises(create_graph, device):
+    """The weight's gradient is computed from x: changing x is caught too."""
+    model, x = linear_and_input(device)
+    y = model(x).sum()
+    x.data = x.data + 1.0
+    with pytest.raises(RuntimeError, match=r"\[needle\.Tensor float32 \(4, 3\)\], input 0"):
+        y.backward(create_graph=create_graph)
+
+
+def test_load_state_dict_between_forward_and_backward_raises(device):
+    model, x = linear_and_input(device)
+    state = {k: v.numpy() + 1 for k, v in model.state_dict().items()}
+    y = model(x).sum()
+    model.load_state_dict(state)
+    with pytest.raises(RuntimeError, match=MODIFIED):
+        y.backward()
+
+
+def test_running_statistics_update_is_a_change(device):
+    """An eval-mode graph reads BatchNorm's running statistics; a training forward replaces
+    them."""
+    bn = nn.BatchNorm1d(3, device=device)
+    x = ndl.Tensor(np.random.default_rng(0).standard_normal((4, 3)), device=device,
+                   dtype="float32")
+    bn.eval()
+    y = bn(x).sum()
+    bn.train()
+    bn(x)
+    with pytest.raises(RuntimeError, match=r"inplace operation: \[needle\.Tensor float32 \(3,\)"):
+        y.backward()
+
+
+def test_untouched_graph_backward_twice_is_fine(device):
+    """Changes to tensors the graph does not use raise nothing."""
+    model, x = linear_and_input(device)
+    other = nn.Linear(3, 2, device=device)
+    y = model(x).sum()
+    other.weight.data = other.weight.data * 2.0
+    y.backward()
+    y.backward(create_graph=False)
+    np.testing.assert_allclose(model.weight.grad.numpy(),
+                               numpy_linear_grads(model.weight.numpy(), x.numpy()), rtol=1e-6)
+
+
+def test_lazy_graph_computed_after_the_step_is_fine(monkeypatch, device):
+    """In lazy mode the forward runs when realized: a step before that is what it reads, so
+    backward has nothing stale to refuse."""
+    from needle import autograd
+
+    model, x = linear_and_input(device)
+    opt = optim.SGD(model.parameters(), lr=0.5)
+    model(x).sum().backward()
+    monkeypatch.setattr(autograd, "LAZY_MODE", True)
+    y = model(x).sum()
+    opt.step()
+    w = model.weight.numpy()
+    y.realize_cached_data()
+    y.backward()
+    np.testing.assert_allclose(model.weight.grad.numpy(), numpy_linear_grads(w, x.numpy()),
+                               rtol=1e-6)
