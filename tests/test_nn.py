@@ -171,7 +171,7 @@ def test_device_generator_is_seeded_from_numpy_without_manual_seed(device):
 
 def test_dropout_is_the_courses_float32_mask_and_scaling_to_the_bit(device):
     """x * mask / (1 - p) with mask = rand <= 1 - p, in that float32 order (x * (mask /
-    (1 - p)) rounds differently): the same bits on every device but jax."""
+    (1 - p)) rounds differently): the same bits on every device but jax and torch on a GPU."""
     x = data(64, 50).astype(np.float32)
     ndl.manual_seed(17)
     out = nn.Dropout(0.1)(T(x, device, "float32")).numpy()
@@ -179,7 +179,9 @@ def test_dropout_is_the_courses_float32_mask_and_scaling_to_the_bit(device):
     mask = (device.to_numpy(device.random((64, 50))) <= 0.9).astype(np.float32)
     expected = x * mask / np.float32(0.9)
     assert out.dtype == np.float32 and not np.array_equal(expected, x * (mask / np.float32(0.9)))
-    if device.kind == "jax":  # XLA turns a division by a scalar into a product by 1 / scalar
+    # XLA, and PyTorch's CUDA kernels (seen on an H100), turn a division by a scalar into a
+    # product by 1 / scalar
+    if device.kind == "jax" or (device.kind == "torch" and device.index != "cpu"):
         np.testing.assert_allclose(out, expected, rtol=2e-7, atol=0)
     else:
         np.testing.assert_array_equal(out, expected)
