@@ -9,6 +9,7 @@ copies otherwise, which the tests allow for by using aligned buffers).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import re
 
 import numpy as np
@@ -56,6 +57,13 @@ def aligned(values, dtype="float32", alignment: int = 64) -> np.ndarray:
     return out
 
 
+def needs_jax() -> None:
+    """Skip where jax is not installed (CI), without importing it here: import_jax keeps
+    numpy's random state around jax's first import."""
+    if importlib.util.find_spec("jax") is None:
+        pytest.skip("jax is not installed")
+
+
 def library(name):
     """The consumer module `name` (numpy, torch, jax.numpy, cupy, array_api_strict)."""
     try:
@@ -86,6 +94,7 @@ CONSUMERS = ["numpy", "torch", "jax.numpy", "jax.dlpack", "array_api_strict", "c
 @pytest.mark.parametrize("consumer", CONSUMERS)
 def test_other_libraries_share_a_tensors_memory(device, consumer):
     if consumer.startswith("jax"):
+        needs_jax()
         from needle.backends.jax_device import import_jax
 
         import_jax()  # numpy's random state is kept around jax's first import
@@ -148,6 +157,7 @@ def producers():
         return library("torch").tensor(np.asarray(v, dtype=np.float32))
 
     def jax_array(v):
+        needs_jax()
         from needle.backends.jax_device import import_jax
 
         jax = import_jax()
