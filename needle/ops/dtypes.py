@@ -145,9 +145,6 @@ class AsType(TensorOp):
     def gradient(self, out_grad, node):
         return AsType(node.inputs[0]._realize().dtype)(out_grad)
 
-    def vjp(self, g, node):
-        return (namespace(g).astype(g, node.inputs[0]._realize().dtype),)
-
 
 def astype(a: Tensor, dtype: Any) -> Tensor:
     """`a` converted to `dtype` (differentiable: the gradient is converted back)."""
@@ -174,6 +171,18 @@ def scalar_error(op: str, a: Any, scalar: Any) -> TypeError:
     return TypeError(f"{op}: the scalar {scalar!r} with a tensor of dtype {name}: {why} (needle "
                      "follows the array API's type promotion); convert the tensor first, "
                      "e.g. with ndl.ops.astype(x, \"float32\")")
+
+
+def floating_only(op: str, fn: Any, a: Any) -> Any:
+    """`fn(a)` for a floating-point function `op`; TypeError naming the dtype for integer or
+    bool input (strict refuses it itself, other libraries would change the dtype)."""
+    try:
+        out = fn(a)
+    except TypeError:  # strict: floating input only
+        out = None
+    if out is None or out.dtype is not a.dtype:
+        check_floating_result(op, a, out)
+    return out
 
 
 def check_floating_result(op: str, a: Any, out: Any) -> None:

@@ -9,8 +9,8 @@ from ..autograd import Tensor, TensorOp
 from ..backends import device_of, namespace
 from .dtypes import (
     PromotingOp,
-    check_floating_result,
     check_scalar_result,
+    floating_only,
     kind_name,
     promote,
     scalar_error,
@@ -447,13 +447,7 @@ class Log(TensorOp):
     """Natural logarithm."""
 
     def compute(self, a):
-        try:
-            out = namespace(a).log(a)
-        except TypeError:  # strict: floating input only
-            out = None
-        if out is None or out.dtype is not a.dtype:
-            check_floating_result("log", a, out)
-        return out
+        return floating_only("log", namespace(a).log, a)
 
     def gradient(self, out_grad, node):
         return out_grad / node.inputs[0]  # d/da log a = 1/a
@@ -468,13 +462,7 @@ class Exp(TensorOp):
     """e ** a."""
 
     def compute(self, a):
-        try:
-            out = namespace(a).exp(a)
-        except TypeError:  # strict: floating input only
-            out = None
-        if out is None or out.dtype is not a.dtype:
-            check_floating_result("exp", a, out)
-        return out
+        return floating_only("exp", namespace(a).exp, a)
 
     def gradient(self, out_grad, node):
         return out_grad * node  # d/da e^a = e^a
@@ -520,13 +508,7 @@ class Tanh(TensorOp):
     """Hyperbolic tangent."""
 
     def compute(self, a):
-        try:
-            out = namespace(a).tanh(a)
-        except TypeError:  # strict: floating input only
-            out = None
-        if out is None or out.dtype is not a.dtype:
-            check_floating_result("tanh", a, out)
-        return out
+        return floating_only("tanh", namespace(a).tanh, a)
 
     def gradient(self, out_grad, node):
         return out_grad * (1 - node**2)  # d/da tanh a = 1 - tanh^2 a
@@ -537,17 +519,15 @@ def tanh(a: Tensor) -> Tensor:
     return Tanh()(a)
 
 
+def _sigmoid_formula(x):
+    return (namespace(x).tanh(x * 0.5) + 1) * 0.5
+
+
 class Sigmoid(TensorOp):
     """1 / (1 + e^-a), computed as (1 + tanh(a/2)) / 2 so it never overflows."""
 
     def compute(self, a):
-        try:
-            out = (namespace(a).tanh(a * 0.5) + 1) * 0.5
-        except TypeError:  # strict: floating input only
-            out = None
-        if out is None or out.dtype is not a.dtype:
-            check_floating_result("sigmoid", a, out)
-        return out
+        return floating_only("sigmoid", _sigmoid_formula, a)
 
     def gradient(self, out_grad, node):
         return out_grad * node * (1 - node)  # s' = s (1 - s)
