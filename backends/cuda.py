@@ -74,7 +74,7 @@ class CUDADevice(Device):
         with self._native:
             out = cp.empty(tuple(shape), dtype=cp.float32)
             if out.size:
-                _kernels(cp)["uniform"](np.uint64(generator[0]), np.uint64(generator[1]), out)
+                _kernel(cp, "uniform")(np.uint64(generator[0]), np.uint64(generator[1]), out)
         generator[1] = (generator[1] + out.size) % 2**64
         return out
 
@@ -88,7 +88,7 @@ class CUDADevice(Device):
             return False
         t = param.dtype.type
         with self._native:
-            _kernels(self._cupy)["adam"](
+            _kernel(self._cupy, "adam")(
                 grad, t(lr_t), t(beta1), t(1 - beta1), t(beta2), t(1 - beta2), t(eps_t),
                 t(weight_decay), param, m, v)
         return True
@@ -101,10 +101,10 @@ class CUDADevice(Device):
         t = param.dtype.type
         with self._native:
             if u is None:
-                _kernels(self._cupy)["sgd"](grad, t(lr), t(weight_decay), param)
+                _kernel(self._cupy, "sgd")(grad, t(lr), t(weight_decay), param)
             else:
-                _kernels(self._cupy)["sgd_momentum"](grad, t(lr), t(momentum), t(1 - momentum),
-                                                     t(weight_decay), param, u)
+                _kernel(self._cupy, "sgd_momentum")(grad, t(lr), t(momentum),
+                                                    t(1 - momentum), t(weight_decay), param, u)
         return True
 
     def _from_dlpack(self, obj: Any) -> Any:
@@ -151,25 +151,15 @@ _SOURCES = {
 }
 
 
-class _Kernels:
-    """needle's own cupy kernels, each compiled on first use (each has a numpy reference in
+def _kernel(cp: Any, name: str) -> Any:
+    """needle's own cupy kernel `name`, compiled on first use (each has a numpy reference in
     kernels.py that the tests compare it with)."""
-
-    def __init__(self, cp: Any):
-        self.cp = cp
-
-    def __getitem__(self, name: str) -> Any:
-        kernel = _KERNELS.get(name)
-        if kernel is None:
-            params, outs, body, exact = _SOURCES[name]
-            kernel = _KERNELS[name] = self.cp.ElementwiseKernel(
-                params, outs, body, f"needle_{name}",
-                options=("--fmad=false",) if exact else ())
-        return kernel
-
-
-def _kernels(cp: Any) -> _Kernels:
-    return _Kernels(cp)
+    kernel = _KERNELS.get(name)
+    if kernel is None:
+        params, outs, body, exact = _SOURCES[name]
+        kernel = _KERNELS[name] = cp.ElementwiseKernel(
+            params, outs, body, f"needle_{name}", options=("--fmad=false",) if exact else ())
+    return kernel
 
 
 def _updatable(*arrays: Any) -> bool:
