@@ -53,11 +53,10 @@ class TorchDevice(Device):
         return _probe(self.index)
 
     def _load(self) -> tuple[Any, Any]:
-        import array_api_compat.torch as xp
         import torch
 
         self._torch = torch
-        return xp, torch.device(self.index)
+        return torch_namespace(), torch.device(self.index)
 
     @property
     def has_float64(self) -> bool:
@@ -145,6 +144,38 @@ class TorchDevice(Device):
         if self._pending:
             self.check_pending()
         return np.array(array.detach().cpu().numpy(), copy=True)
+
+
+_NAMESPACE: list[Any] = []
+
+
+def torch_namespace() -> Any:
+    """array_api_compat.torch, with `maximum` and `minimum` of a floating tensor and a Python
+    number as torch's clamp: compat's own make a tensor of the number on the device at every
+    call, a host-to-device copy (a sync on a GPU: ReLU's max(a, 0) did one per call)."""
+    if not _NAMESPACE:
+        import types
+
+        import array_api_compat.torch as compat
+        import torch
+
+        ns = types.ModuleType("needle.backends.torch_device.xp", compat.__doc__)
+        ns.__dict__.update({k: v for k, v in vars(compat).items() if not k.startswith("__")})
+        numbers = (int, float)
+
+        def maximum(x1, x2, /):
+            if x2.__class__ in numbers and x1.dtype.is_floating_point:
+                return torch.clamp_min(x1, x2)
+            return compat.maximum(x1, x2)
+
+        def minimum(x1, x2, /):
+            if x2.__class__ in numbers and x1.dtype.is_floating_point:
+                return torch.clamp_max(x1, x2)
+            return compat.minimum(x1, x2)
+
+        ns.maximum, ns.minimum = maximum, minimum
+        _NAMESPACE.append(ns)
+    return _NAMESPACE[0]
 
 
 def _probe(name: str) -> str:

@@ -187,3 +187,25 @@ def test_jax_matmuls_run_at_full_float32_precision_unless_the_user_chose(device)
         import jax.numpy as jnp
         assert ndl.jax().xp.matmul is jnp.matmul  # the user's choice: left alone
         """)
+
+
+def test_torch_relu_and_clamps_make_no_tensor_of_the_python_number(monkeypatch):
+    # array-api-compat's maximum(x, 0) makes a tensor of 0 on x's device at every call: on a
+    # GPU a host-to-device copy and a sync per ReLU (seen on an H100); the torch device's
+    # namespace clamps instead, with the same numbers
+    torch = pytest.importorskip("torch")
+    dev = ndl.torch()
+    xp = dev.xp
+    made = []
+    real = torch.asarray
+    monkeypatch.setattr(torch, "asarray", lambda *a, **k: made.append(a) or real(*a, **k))
+    x = ndl.Tensor(np.array([[-1.5, 0.0, 2.0], [np.nan, -0.0, 3.0]]), device=dev,
+                   dtype="float32")
+    out = ndl.ops.relu(x).numpy()
+    low, high = xp.maximum(x._array, -1), xp.minimum(x._array, 1)
+    assert made == []
+    ints = xp.maximum(xp.asarray([-2, 3]), 0)  # not floating: compat's own function
+    np.testing.assert_array_equal(out, np.maximum(x.numpy(), 0))
+    np.testing.assert_array_equal(low.numpy(), np.maximum(x.numpy(), -1))
+    np.testing.assert_array_equal(high.numpy(), np.minimum(x.numpy(), 1))
+    assert ints.tolist() == [0, 3]

@@ -473,21 +473,11 @@ def exp(a: Tensor) -> Tensor:
     return Exp()(a)
 
 
-_ZEROS: dict = {}  # (dtype, device) -> 0-d zero, for ReLU
-
-
 class ReLU(TensorOp):
     """max(a, 0)."""
 
     def compute(self, a):
-        # a 0-d zero of a's dtype and device, made once: a Python 0 becomes a new tensor
-        # copied from the host at every call on torch (array-api-compat's maximum)
-        key = (a.dtype, str(a.device))  # (some libraries' device objects do not hash)
-        zero = _ZEROS.get(key)
-        if zero is None:
-            xp = namespace(a)
-            zero = _ZEROS[key] = xp.zeros((), dtype=a.dtype, device=a.device)
-        return namespace(a).maximum(a, zero)
+        return namespace(a).maximum(a, 0)
 
     def gradient(self, out_grad, node):
         a = node.inputs[0]._realize()
