@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -25,6 +24,8 @@ from typing import Any, Callable
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the other benchmarks' models
+
+from harness import timed_steps  # noqa: E402
 
 import needle as ndl  # noqa: E402
 
@@ -230,19 +231,6 @@ def torch_lm_epoch(data: np.ndarray, vocab: int) -> float:
 
 
 # ----- driver ----------------------------------------------------------------------------------
-def median_ms(step: Callable, sync: Callable, steps: int, warmup: int) -> float:
-    for _ in range(warmup):
-        step()
-    sync()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        step()
-        sync()
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
-
-
 def available() -> dict[str, str]:
     """framework -> why it cannot run here ("" when it can)."""
     reasons = {"needle cuda": ndl.cuda().unavailable_reason(),
@@ -257,7 +245,7 @@ def run_one(name: str, framework: str, steps: int, warmup: int) -> float:
         step = torch_step(kind, size, batch)
     else:
         step = needle_step(kind, size, batch, needle_device(framework))
-    return median_ms(step, sync_of(framework), steps, warmup)
+    return timed_steps(step, steps, warmup=warmup, sync=sync_of(framework))["ms"]
 
 
 def main() -> None:

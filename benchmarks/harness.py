@@ -40,17 +40,23 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def timed_steps(step: Callable[[], Any], steps: int) -> dict:
-    """Median ms of `steps` calls after two warm-up calls, and the peak memory of them all
-    (peak RSS minus the RSS before the first call)."""
+def timed_steps(step: Callable[[], Any], steps: int, *, warmup: int = 2,
+                sync: Callable[[], Any] | None = None) -> dict:
+    """Median ms of `steps` calls after `warmup` calls, each closed by `sync()` when given (a
+    GPU's synchronisation), and the peak memory of them all (peak RSS minus the RSS before
+    the first call)."""
     reset_peak_rss()
     before = rss_mb()
-    step()
-    step()
+    for _ in range(warmup):
+        step()
+    if sync is not None:
+        sync()
     times = []
     for _ in range(steps):
         start = time.perf_counter()
         step()
+        if sync is not None:
+            sync()
         times.append(time.perf_counter() - start)
     return {"ms": 1e3 * statistics.median(times), "peak_mb": peak_rss_mb() - before}
 
