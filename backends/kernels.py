@@ -142,13 +142,14 @@ def softmax_xent(np: Any, logits: Any, labels: Any) -> tuple[Any, Any, Any] | No
 
 
 def softmax_xent_grad_in_place(np: Any, e: Any, sums: Any, labels: Any, g: Any) -> Any:
-    """g (softmax - onehot(labels)) / n written over `e` = exp(logits - max) (the forward's
-    own array, used by nothing else) with its row `sums`: the portable rule's arithmetic."""
+    """g (softmax - onehot(labels)) / n from `e` = exp(logits - max) (the forward's, kept on
+    the node and only read) and its row `sums`, in one fresh array written in place: the
+    portable rule's arithmetic."""
     n = e.shape[0]
     scale = g * (1.0 / n if n else np.nan)
-    np.multiply(e, scale / sums, out=e)
-    e[np.arange(n), labels] -= scale
-    return e
+    out = np.multiply(e, scale / sums)
+    out[np.arange(n), labels] -= scale
+    return out
 
 
 # ----- counter-based uniform numbers (the cuda device's training generator) ---------------

@@ -271,7 +271,7 @@ def _rebuild(device: Device, host: Any) -> NDArray:
 
 def view(data: Any, device: Device) -> Any:
     """Course code's view of a Value's cached data: an NDArray, a tuple of them for a
-    TensorTuple, None for a lazy value not yet computed."""
+    TensorTuple (None for None)."""
     if data is None:
         return None
     if data.__class__ is tuple:

@@ -599,8 +599,8 @@ def test_linear_is_one_affine_node_equal_to_matmul_plus_bias(device):
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_backward_without_a_graph_gives_the_same_gradients(case: Case, device):
-    # backward(create_graph=False) runs on raw arrays (ops' vjp methods, or their gradient on
-    # constants): the same numbers as the recorded gradients, to the bit
+    # backward(create_graph=False) runs the same rules on raw arrays (ops called on arrays
+    # evaluate at once): the same numbers as the recorded gradients, to the bit
     xs = case.inputs()
     grads = []
     for create_graph in (True, False):

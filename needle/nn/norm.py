@@ -48,8 +48,7 @@ class BatchNorm1d(Module):
             return ops.scale_shift(x, scale, self.bias - self.running_mean * scale)
         # one fused node standardises with the batch mean and the biased batch variance
         op = ops.Normalize((0,), self.eps)
-        out = op(x)
-        out._realize()  # computes op.stats, in lazy mode too
+        out = op(x)  # compute set op.stats
         self._update_running(*op.stats)
         return ops.scale_shift(out, self.weight, self.bias)
 

@@ -16,12 +16,12 @@ which must agree with the portable one (the tests check it).
 
 from __future__ import annotations
 
-from ..autograd import Tensor, TensorOp
+from ..autograd.tensor import Tensor, TensorOp
 from ..backends import device_of, namespace
 from .axes import int_at_least
 from .dtypes import PromotingOp
 from .linalg import MatMul
-from .movement import GetItem, Reshape, permute, reshape, sum_array_to_shape, sum_to_shape
+from .movement import GetItem, permute, reshape, sum_to_shape
 from .windows import add_windows, window_slices
 
 
@@ -120,10 +120,10 @@ class Im2Col(TensorOp):
         self.kernel = _kernel("im2col", kernel)
         self.stride = int_at_least("im2col", "stride", stride, 1)
         self.padding = int_at_least("im2col", "padding", padding, 0)
-        self._saved = saved  # (input, its windows) that a Conv already gathered
+        self.saved = saved  # (input, its windows) that a Conv already gathered
 
     def compute(self, a):
-        saved, self._saved = self._saved, None
+        saved = self.saved
         if saved is not None and saved[0] is a:
             return saved[1]
         _check_windows("im2col", a, self.kernel, self.stride, self.padding)
@@ -186,7 +186,6 @@ class Conv(PromotingOp):
     def __init__(self, stride: int = 1, padding: int = 0):
         self.stride = int_at_least("conv", "stride", stride, 1)
         self.padding = int_at_least("conv", "padding", padding, 0)
-        self._saved = None
 
     def _check(self, a_shape: tuple, b_shape: tuple) -> None:
         if len(a_shape) != 4 or len(b_shape) != 4:
@@ -198,7 +197,12 @@ class Conv(PromotingOp):
         for size, k in zip(a_shape[1:3], b_shape[:2]):
             _out_size("conv", size, k, self.stride, self.padding, a_shape, b_shape[:2])
 
+    saves = True  # (input, its windows): the weight's gradient needs the windows again
+
     def compute(self, a, b, bias=None):
+        return self.forward(a, b, bias)[0]
+
+    def forward(self, a, b, bias=None):
         a_shape, b_shape = tuple(a.shape), tuple(b.shape)
         self._check(a_shape, b_shape)
         if bias is not None and tuple(bias.shape) != (b_shape[3],):
@@ -207,64 +211,35 @@ class Conv(PromotingOp):
         xp = namespace(a)
         kh, kw, c_in, c_out = b_shape
         cols = im2col_array(a, (kh, kw), self.stride, self.padding)
-        # the weight's gradient needs these windows again: kept while the graph lives (an
-        # op without inputs that require grad is dropped right away, and the windows with it)
-        self._saved = (a, cols)
         n, ho, wo, depth = cols.shape
         out = xp.matmul(xp.reshape(cols, (n * ho * wo, depth)), xp.reshape(b, (depth, c_out)))
         if bias is not None:  # into the product's fresh array (in place where allowed)
             out = device_of(out).add_to_fresh(out, bias)
-        return xp.reshape(out, (n, ho, wo, c_out))
+        return xp.reshape(out, (n, ho, wo, c_out)), (a, cols)
 
     def gradient(self, out_grad, node):
         a, b = node.inputs[:2]
+        needs = node.needs_input_grad
         kh, kw, c_in, c_out = b.shape
         n, ho, wo, _ = out_grad.shape
         depth = kh * kw * c_in
         g = reshape(out_grad, (n * ho * wo, c_out))
         grad_a = grad_b = None
-        if a.requires_grad:
+        if needs[0]:
             # one batched matmul straight into tap-major windows (kh*kw, M, C_in), whose
             # per-tap blocks Col2Im adds fast: g (1, M, C_out) @ b[t]^T (C_out, C_in)
             taps = MatMul(transpose_b=True)(reshape(out_grad, (1, n * ho * wo, c_out)),
                                             reshape(b, (kh * kw, c_in, c_out)))
             grad_a = Col2Im(a.shape, (kh, kw), self.stride, self.padding)(
                 reshape(taps, (kh * kw, n, ho, wo, c_in)))
-        if b.requires_grad:
-            saved, self._saved = self._saved, None
-            cols = Im2Col((kh, kw), self.stride, self.padding, saved)(a)
+        if needs[1]:
+            cols = Im2Col((kh, kw), self.stride, self.padding, node.saved)(a)
             grad_b = reshape(MatMul(transpose_a=True)(reshape(cols, (n * ho * wo, depth)), g),
                              b.shape)
         if len(node.inputs) == 2:
             return grad_a, grad_b
         bias = node.inputs[2]
-        return grad_a, grad_b, (sum_to_shape(g, bias.shape) if bias.requires_grad else None)
-
-    def vjp(self, out_grad, node):
-        """`gradient`'s products on raw arrays (backward without a graph)."""
-        a, b = node.inputs[:2]
-        da, db = a._realize(), b._realize()
-        kh, kw, c_in, c_out = db.shape
-        n, ho, wo, _ = out_grad.shape
-        depth = kh * kw * c_in
-        g = Reshape((n * ho * wo, c_out)).compute(out_grad)
-        grad_a = grad_b = None
-        if a.requires_grad:
-            taps = MatMul(transpose_b=True).compute(
-                Reshape((1, n * ho * wo, c_out)).compute(out_grad),
-                Reshape((kh * kw, c_in, c_out)).compute(db))
-            grad_a = Col2Im(tuple(da.shape), (kh, kw), self.stride, self.padding).compute(
-                Reshape((kh * kw, n, ho, wo, c_in)).compute(taps))
-        if b.requires_grad:
-            saved, self._saved = self._saved, None
-            cols = Im2Col((kh, kw), self.stride, self.padding, saved).compute(da)
-            grad_b = Reshape(tuple(db.shape)).compute(MatMul(transpose_a=True).compute(
-                Reshape((n * ho * wo, depth)).compute(cols), g))
-        if len(node.inputs) == 2:
-            return grad_a, grad_b
-        bias = node.inputs[2]
-        return grad_a, grad_b, (sum_array_to_shape(g, tuple(bias.shape)) if bias.requires_grad
-                                else None)
+        return grad_a, grad_b, (sum_to_shape(g, bias.shape) if needs[2] else None)
 
 
 def conv(a: Tensor, b: Tensor, stride: int = 1, padding: int = 1,

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..autograd import Tensor, TensorOp
+from ..autograd.graph import Value, array_of
+from ..autograd.tensor import Tensor, TensorOp
 from ..backends import device_of, namespace
 
 _FLOATS = {"float16": 0, "float32": 1, "float64": 2}
@@ -85,17 +86,16 @@ def mixing_error(op: str, a: str, b: str) -> TypeError:
 
 def promote(op: str, tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
     """`tensors` (of one device), those of a lower dtype cast to the promoted dtype; as
-    they are when their dtypes agree (or when they are on several devices, or unrealized in
-    lazy mode: the op itself then reports the problem)."""
+    they are when their dtypes agree (or when they are on several devices, or are raw
+    arrays, a gradient rule's: the op itself then reports a problem)."""
     first = tensors[0]
-    data = first._array
-    if data is None:
+    if not isinstance(first, Value):
         return tensors
-    dtype = data.dtype
+    dtype = first._array.dtype
     for t in tensors[1:]:  # the common case, kept cheap: one dtype
-        d = t._array
-        if d is None:
+        if not isinstance(t, Value):
             return tensors
+        d = t._array
         if d.dtype is not dtype:
             if t.device is not first.device and t.device != first.device:
                 return tensors  # (strict warns when its dtypes meet numpy's)
@@ -143,7 +143,7 @@ class AsType(TensorOp):
         return device_of(a).dtype(dtype)
 
     def gradient(self, out_grad, node):
-        return AsType(node.inputs[0]._realize().dtype)(out_grad)
+        return AsType(array_of(node.inputs[0]).dtype)(out_grad)
 
 
 def astype(a: Tensor, dtype: Any) -> Tensor:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..autograd import Tensor, TensorOp
+from ..autograd.graph import Value, array_of
+from ..autograd.tensor import Tensor, TensorOp, constant_like
 from ..backends import device_of, namespace
 from .dtypes import (
     PromotingOp,
@@ -15,7 +16,7 @@ from .dtypes import (
     promote,
     scalar_error,
 )
-from .movement import sum_array_to_shape, sum_to_shape
+from .movement import sum_to_shape
 
 
 def as_scalar(value: Any, op: str = "scalar op") -> int | float | bool:
@@ -57,22 +58,29 @@ def _item(array: Any) -> int | float | bool | complex:
     return complex(array)
 
 
-def unbroadcast(adjoint: Tensor | None, x: Tensor) -> Tensor | None:
-    """An adjoint summed back to the shape of the input `x` it belongs to (no node if equal)."""
+def unbroadcast(adjoint: Any, x: Any) -> Any:
+    """An adjoint summed back to the shape of the input `x` it belongs to (itself if equal);
+    Tensors or raw arrays alike."""
     if adjoint is None:
         return None
-    a, b = adjoint._array, x._array
-    if a is not None and b is not None and a.shape == b.shape:  # the common case, kept cheap
+    shape = array_of(x).shape
+    if array_of(adjoint).shape == shape:  # the common case, kept cheap
         return adjoint
-    return sum_to_shape(adjoint, x.shape)
+    return sum_to_shape(adjoint, tuple(shape))
 
 
-def unbroadcast_array(adjoint, x: Tensor):
-    """unbroadcast on the adjoint's raw array (the same computation, no node)."""
-    b = x._array
-    if b is not None and adjoint.shape == b.shape:
-        return adjoint
-    return sum_array_to_shape(adjoint, tuple(x.shape))
+def _same_shape(a: Any, b: Any) -> bool:
+    """Whether two Tensors (or two arrays) have one shape."""
+    if isinstance(a, Value):
+        return a._array.shape == b._array.shape
+    return a.shape == b.shape
+
+
+def _promoted(op: str, a: Any, b: Any) -> tuple:
+    """(a, b) with Tensors of different dtypes promoted (raw arrays as they are)."""
+    if isinstance(a, Value) and isinstance(b, Value) and a._array.dtype is not b._array.dtype:
+        return promote(op, (a, b))  # (strict's never differ)
+    return a, b
 
 
 def check_broadcast(op: str, a, b) -> None:
@@ -91,10 +99,7 @@ class EWiseAdd(TensorOp):
     """a + b."""
 
     def __call__(self, a: Tensor, b: Tensor) -> Tensor:
-        da, db = a._array, b._array
-        if da is None or db is None or da.dtype is not db.dtype:  # (strict's never are)
-            a, b = promote("add", (a, b))
-        return Tensor.make_from_op(self, (a, b))
+        return Tensor.make_from_op(self, _promoted("add", a, b))
 
     def compute(self, a, b):
         if a.shape != b.shape:  # (inline: the equal-shape case is the hot one)
@@ -103,20 +108,11 @@ class EWiseAdd(TensorOp):
 
     def gradient(self, out_grad, node):
         a, b = node.inputs
-        da, db = a._array, b._array  # None only for unrealized lazy values
-        if da is not None and db is not None and da.shape == db.shape:  # no broadcasting
+        if _same_shape(a, b):  # no broadcasting
             return out_grad, out_grad
-        return (unbroadcast(out_grad, a) if a.requires_grad else None,
-                unbroadcast(out_grad, b) if b.requires_grad else None)
-
-    def vjp(self, g, node):
-        """`gradient` on raw arrays (backward without a graph)."""
-        a, b = node.inputs
-        da, db = a._array, b._array
-        if da is not None and db is not None and da.shape == db.shape:
-            return g, g
-        return (unbroadcast_array(g, a) if a.requires_grad else None,
-                unbroadcast_array(g, b) if b.requires_grad else None)
+        need_a, need_b = node.needs_input_grad
+        return (unbroadcast(out_grad, a) if need_a else None,
+                unbroadcast(out_grad, b) if need_b else None)
 
 
 def add(a: Tensor, b: Tensor) -> Tensor:
@@ -130,13 +126,20 @@ class AddN(TensorOp):
 
     def compute(self, *arrays):
         out = arrays[0]
+        add = None
         for a in arrays[1:]:
-            check_broadcast("add_n", out, a)
-            out = out + a
+            if a.shape != out.shape:
+                check_broadcast("add_n", out, a)
+            if add is None:
+                out = out + a  # fresh: the rest are added into it (in place where allowed)
+                add = device_of(out).add_to_fresh
+            else:
+                out = add(out, a)
         return out
 
     def gradient(self, out_grad, node):
-        return tuple(unbroadcast(out_grad, x) if x.requires_grad else None for x in node.inputs)
+        return tuple(unbroadcast(out_grad, x) if need else None
+                     for x, need in zip(node.inputs, node.needs_input_grad))
 
 
 def add_n(*tensors: Tensor) -> Tensor:
@@ -161,16 +164,10 @@ class ScaleShift(PromotingOp):
 
     def gradient(self, out_grad, node):
         x, w, b = node.inputs
-        return (unbroadcast(out_grad * w, x) if x.requires_grad else None,
-                unbroadcast(out_grad * x, w) if w.requires_grad else None,
-                unbroadcast(out_grad, b) if b.requires_grad else None)
-
-    def vjp(self, g, node):
-        x, w, b = node.inputs
-        dx, dw = x._realize(), w._realize()
-        return (unbroadcast_array(g * dw, x) if x.requires_grad else None,
-                unbroadcast_array(g * dx, w) if w.requires_grad else None,
-                unbroadcast_array(g, b) if b.requires_grad else None)
+        need_x, need_w, need_b = node.needs_input_grad
+        return (unbroadcast(out_grad * w, x) if need_x else None,
+                unbroadcast(out_grad * x, w) if need_w else None,
+                unbroadcast(out_grad, b) if need_b else None)
 
 
 def scale_shift(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
@@ -197,9 +194,6 @@ class AddScalar(TensorOp):
     def gradient(self, out_grad, node):
         return out_grad
 
-    def vjp(self, g, node):
-        return (g,)
-
 
 def add_scalar(a: Tensor, scalar) -> Tensor:
     """a + scalar."""
@@ -210,10 +204,7 @@ class EWiseMul(TensorOp):
     """a * b."""
 
     def __call__(self, a: Tensor, b: Tensor) -> Tensor:
-        da, db = a._array, b._array
-        if da is None or db is None or da.dtype is not db.dtype:  # (strict's never are)
-            a, b = promote("multiply", (a, b))
-        return Tensor.make_from_op(self, (a, b))
+        return Tensor.make_from_op(self, _promoted("multiply", a, b))
 
     def compute(self, a, b):
         if a.shape != b.shape:  # (inline: the equal-shape case is the hot one)
@@ -223,22 +214,11 @@ class EWiseMul(TensorOp):
     def gradient(self, out_grad, node):
         a, b = node.inputs
         # no multiply for an operand that needs no gradient (a mask, a one-hot matrix)
-        da, db = a._array, b._array  # None only for unrealized lazy values
-        if da is not None and db is not None and da.shape == db.shape:  # no broadcasting
-            return (out_grad * b if a.requires_grad else None,
-                    out_grad * a if b.requires_grad else None)
-        return (unbroadcast(out_grad * b, a) if a.requires_grad else None,
-                unbroadcast(out_grad * a, b) if b.requires_grad else None)
-
-    def vjp(self, g, node):
-        a, b = node.inputs
-        da, db = a._array, b._array
-        if da is None or db is None:  # built in lazy mode
-            da, db = a._realize(), b._realize()
-        if da.shape == db.shape:
-            return (g * db if a.requires_grad else None, g * da if b.requires_grad else None)
-        return (unbroadcast_array(g * db, a) if a.requires_grad else None,
-                unbroadcast_array(g * da, b) if b.requires_grad else None)
+        need_a, need_b = node.needs_input_grad
+        if _same_shape(a, b):  # no broadcasting
+            return (out_grad * b if need_a else None, out_grad * a if need_b else None)
+        return (unbroadcast(out_grad * b, a) if need_a else None,
+                unbroadcast(out_grad * a, b) if need_b else None)
 
 
 def multiply(a: Tensor, b: Tensor) -> Tensor:
@@ -265,9 +245,6 @@ class MulScalar(TensorOp):
     def gradient(self, out_grad, node):
         return out_grad * self.scalar
 
-    def vjp(self, g, node):
-        return (g * self.scalar,)
-
 
 def mul_scalar(a: Tensor, scalar) -> Tensor:
     """a * scalar."""
@@ -287,16 +264,17 @@ class EWisePow(PromotingOp):
         # d/da a^b = b a^(b-1);  d/db a^b = a^b log a. Where a == 0 both would be 0 * inf
         # = NaN at points PyTorch defines as 0: there a is replaced by 1 (a constant shift).
         a, b = node.inputs
-        a_data, b_data = a._realize(), b._realize()
+        a_data, b_data = array_of(a), array_of(b)
         xp = namespace(a_data)
         zero = a_data == 0
+        need_a, need_b = node.needs_input_grad
         grad_a = grad_b = None
-        if a.requires_grad:  # 0 where b == 0
-            one = Tensor.make_const(xp.astype(zero & (b_data == 0), a_data.dtype), device=a.device)
-            grad_a = unbroadcast(out_grad * b * (a + one) ** (b - 1), a)
-        if b.requires_grad:  # 0 where b >= 0 (a^b is 0 or 1 there)
-            one = Tensor.make_const(xp.astype(zero & (b_data >= 0), a_data.dtype), device=a.device)
-            grad_b = unbroadcast(out_grad * node * log(a + one), b)
+        if need_a:  # 0 where b == 0
+            one = constant_like(out_grad, xp.astype(zero & (b_data == 0), a_data.dtype))
+            grad_a = unbroadcast(out_grad * b * power(a + one, b - 1), a)
+        if need_b:  # 0 where b >= 0 (a^b is 0 or 1 there)
+            one = constant_like(out_grad, xp.astype(zero & (b_data >= 0), a_data.dtype))
+            grad_b = unbroadcast(out_grad * node.result * log(a + one), b)
         return grad_a, grad_b
 
 
@@ -354,12 +332,12 @@ class RPowerScalar(TensorOp):
         # a >= 0 (c^a is 0 or 1 there) and -inf where a < 0
         c = self.scalar
         if c != 0:
-            return out_grad * node * (math.log(c) if c > 0 else math.nan)
-        out = node._realize()
+            return out_grad * node.result * (math.log(c) if c > 0 else math.nan)
+        out = array_of(node.result)
         xp = namespace(out)
-        log_c = xp.where(node.inputs[0]._realize() < 0,
+        log_c = xp.where(array_of(node.inputs[0]) < 0,
                          xp.full_like(out, -math.inf), xp.zeros_like(out))
-        return out_grad * node * Tensor.make_const(log_c, device=node.device)
+        return out_grad * node.result * constant_like(out_grad, log_c)
 
 
 def rpower_scalar(a: Tensor, scalar) -> Tensor:
@@ -387,9 +365,10 @@ class EWiseDiv(PromotingOp):
 
     def gradient(self, out_grad, node):
         a, b = node.inputs
+        need_a, need_b = node.needs_input_grad
         # d/db a/b = -a / b^2
-        return (unbroadcast(out_grad / b, a) if a.requires_grad else None,
-                unbroadcast(-(out_grad * a) / (b * b), b) if b.requires_grad else None)
+        return (unbroadcast(out_grad / b, a) if need_a else None,
+                unbroadcast(-(out_grad * a) / (b * b), b) if need_b else None)
 
 
 def divide(a: Tensor, b: Tensor) -> Tensor:
@@ -416,9 +395,6 @@ class DivScalar(TensorOp):
     def gradient(self, out_grad, node):
         return out_grad / self.scalar
 
-    def vjp(self, g, node):
-        return (g / self.scalar,)
-
 
 def divide_scalar(a: Tensor, scalar) -> Tensor:
     """a / scalar."""
@@ -433,9 +409,6 @@ class Negate(TensorOp):
 
     def gradient(self, out_grad, node):
         return -out_grad
-
-    def vjp(self, g, node):
-        return (-g,)
 
 
 def negate(a: Tensor) -> Tensor:
@@ -465,7 +438,7 @@ class Exp(TensorOp):
         return floating_only("exp", namespace(a).exp, a)
 
     def gradient(self, out_grad, node):
-        return out_grad * node  # d/da e^a = e^a
+        return out_grad * node.result  # d/da e^a = e^a
 
 
 def exp(a: Tensor) -> Tensor:
@@ -480,13 +453,9 @@ class ReLU(TensorOp):
         return namespace(a).maximum(a, 0)
 
     def gradient(self, out_grad, node):
-        a = node.inputs[0]._realize()
+        a = array_of(node.inputs[0])
         mask = namespace(a).astype(a > 0, a.dtype)  # the derivative, a constant
-        return out_grad * Tensor.make_const(mask, device=node.device)
-
-    def vjp(self, g, node):
-        a = node.inputs[0]._realize()
-        return (g * namespace(a).astype(a > 0, a.dtype),)
+        return out_grad * constant_like(out_grad, mask)
 
 
 def relu(a: Tensor) -> Tensor:
@@ -501,7 +470,7 @@ class Tanh(TensorOp):
         return floating_only("tanh", namespace(a).tanh, a)
 
     def gradient(self, out_grad, node):
-        return out_grad * (1 - node**2)  # d/da tanh a = 1 - tanh^2 a
+        return out_grad * (1 - node.result**2)  # d/da tanh a = 1 - tanh^2 a
 
 
 def tanh(a: Tensor) -> Tensor:
@@ -520,7 +489,8 @@ class Sigmoid(TensorOp):
         return floating_only("sigmoid", _sigmoid_formula, a)
 
     def gradient(self, out_grad, node):
-        return out_grad * node * (1 - node)  # s' = s (1 - s)
+        y = node.result
+        return out_grad * y * (1 - y)  # s' = s (1 - s)
 
 
 def sigmoid(a: Tensor) -> Tensor:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..autograd import Tensor, TensorOp
+from ..autograd.tensor import Tensor, TensorOp
 from ..backends import device_of, namespace
 from .indices import as_index_array
 

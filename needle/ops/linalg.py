@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from ..autograd import Tensor
+from ..autograd.tensor import Tensor
 from ..backends import device_of, namespace
 from .dtypes import PromotingOp
 from .elementwise import check_broadcast
-from .movement import Reshape, reshape, sum_array_to_shape, sum_to_shape
+from .movement import reshape, sum_to_shape
 
 
 class MatMul(PromotingOp):
@@ -49,46 +49,25 @@ class MatMul(PromotingOp):
 
     def gradient(self, out_grad, node):
         a, b = node.inputs
-        return matmul_adjoints(a, b, out_grad, self.transpose_a, self.transpose_b)
-
-    def vjp(self, g, node):
-        a, b = node.inputs
-        return matmul_adjoint_arrays(a, b, g, self.transpose_a, self.transpose_b)
-
-
-def matmul_adjoint_arrays(a: Tensor, b: Tensor, g, ta: bool = False, tb: bool = False):
-    """matmul_adjoints on the raw adjoint array `g`: the same products, no nodes."""
-    da, db = a._realize(), b._realize()
-    grad_a = grad_b = None
-    if a.requires_grad:
-        grad_a = sum_array_to_shape(MatMul(tb, True).compute(db, g) if ta else
-                                    MatMul(False, not tb).compute(g, db), tuple(da.shape))
-    if b.requires_grad:
-        if db.ndim == 2 and da.ndim > 2 and not ta:
-            rows_a = Reshape((-1, da.shape[-1])).compute(da)
-            rows_g = Reshape((-1, g.shape[-1])).compute(g)
-            grad_b = (MatMul(True, False).compute(rows_g, rows_a) if tb else
-                      MatMul(True, False).compute(rows_a, rows_g))
-        else:
-            grad_b = sum_array_to_shape(MatMul(True, ta).compute(g, da) if tb else
-                                        MatMul(not ta, False).compute(da, g), tuple(db.shape))
-    return grad_a, grad_b
+        return matmul_adjoints(a, b, out_grad, self.transpose_a, self.transpose_b,
+                               node.needs_input_grad)
 
 
 def matmul_adjoints(a: Tensor, b: Tensor, out_grad: Tensor, ta: bool = False,
-                    tb: bool = False) -> tuple[Tensor | None, Tensor | None]:
+                    tb: bool = False, needs: tuple[bool, bool] = (True, True),
+                    ) -> tuple[Tensor | None, Tensor | None]:
     """The adjoints of a and b in C = op(A) op(B) for dC = out_grad (None where an operand
     needs no gradient).
 
     d op(A) = G op(B)^T and d op(B) = op(A)^T G, each transposed back when its operand was,
     and summed over the batch dimensions that were broadcast. An operand that needs no
-    gradient costs no matmul.
+    gradient (`needs`, the node's `needs_input_grad`) costs no matmul. Tensors or arrays.
     """
     grad_a = grad_b = None
-    if a.requires_grad:
+    if needs[0]:
         grad_a = sum_to_shape(MatMul(tb, True)(b, out_grad) if ta else
                               MatMul(False, not tb)(out_grad, b), a.shape)
-    if b.requires_grad:
+    if needs[1]:
         if b.ndim == 2 and a.ndim > 2 and not ta:
             # the batch folded into the rows: one (F, N) @ (N, out) product, no batch sum
             rows_a = reshape(a, (-1, a.shape[-1]))
@@ -118,14 +97,9 @@ class Affine(PromotingOp):
 
     def gradient(self, out_grad, node):
         x, w, b = node.inputs
-        grad_x, grad_w = matmul_adjoints(x, w, out_grad)
-        return grad_x, grad_w, (sum_to_shape(out_grad, b.shape) if b.requires_grad else None)
-
-    def vjp(self, g, node):
-        x, w, b = node.inputs
-        grad_x, grad_w = matmul_adjoint_arrays(x, w, g)
-        return grad_x, grad_w, (sum_array_to_shape(g, tuple(b.shape)) if b.requires_grad
-                                else None)
+        needs = node.needs_input_grad
+        grad_x, grad_w = matmul_adjoints(x, w, out_grad, needs=needs[:2])
+        return grad_x, grad_w, (sum_to_shape(out_grad, b.shape) if needs[2] else None)
 
 
 def affine(x: Tensor, w: Tensor, b: Tensor) -> Tensor:

@@ -2,17 +2,17 @@
 
 Both take the (B, 4H) gate pre-activations z (PyTorch's gate order i, f, g, o), so a step is
 `c' = lstm_cell_state(z, c)` and `h' = lstm_cell_output(z, c')`: two nodes where the
-unfused step records eleven. Their gradients are needle ops while a graph is being recorded
-(backward(create_graph=True), so second order works); with no graph recorded
-(create_graph=False, or under no_grad) the engine calls their `vjp`, one pass over raw arrays.
+unfused step records eleven. Their gradients are needle ops (run on raw arrays when no graph
+is recorded), so second order works.
 """
 
 from __future__ import annotations
 
-from ..autograd import Tensor
+from ..autograd.graph import array_of
+from ..autograd.tensor import Tensor, constant_like
 from ..backends import namespace
 from .dtypes import PromotingOp
-from .elementwise import sigmoid, tanh
+from .elementwise import _sigmoid_formula, sigmoid, tanh
 from .movement import get_item, reshape
 from .tuple import stack
 
@@ -29,30 +29,18 @@ def _hidden(op: str, z, c) -> int:
     return hidden
 
 
-def _sigmoid(xp, a):
-    """Sigmoid's formula (ops.Sigmoid's, so the fused cell gives the same numbers)."""
-    return (xp.tanh(a * 0.5) + 1) * 0.5
-
-
 def _gate(z, k: int, hidden: int):
-    """Gate block k of (B, 4H) gates (an array or a Tensor)."""
-    index = (slice(None), slice(k * hidden, (k + 1) * hidden))
-    return get_item(z, index) if isinstance(z, Tensor) else z[index]
+    """Gate block k of (B, 4H) gates (a Tensor or an array)."""
+    return get_item(z, (slice(None), slice(k * hidden, (k + 1) * hidden)))
 
 
-def _join(blocks: list, like: Tensor) -> Tensor:
-    """The (B, 4H) adjoint of the gates from four (B, H) blocks (None: zeros), as needle ops."""
+def _join(blocks: list, out_grad):
+    """The (B, 4H) adjoint of the gates from four (B, H) blocks (None: zeros)."""
     some = next(b for b in blocks if b is not None)
-    data = some._realize()
-    zero = Tensor.make_const(namespace(data).zeros_like(data), device=some.device)
+    data = array_of(some)
+    zero = constant_like(out_grad, namespace(data).zeros_like(data))
     parts = [zero if b is None else b for b in blocks]
-    return reshape(stack(parts, 1), like.shape)
-
-
-def _join_arrays(xp, blocks: list):
-    """The same for raw arrays: one concatenation."""
-    zero = xp.zeros_like(next(b for b in blocks if b is not None))
-    return xp.concat([zero if b is None else b for b in blocks], axis=1)
+    return reshape(stack(parts, 1), (data.shape[0], 4 * data.shape[1]))
 
 
 class LSTMCellState(PromotingOp):
@@ -64,7 +52,7 @@ class LSTMCellState(PromotingOp):
     def compute(self, z, c=None):
         xp = namespace(z)
         hidden = _hidden("lstm_cell_state", z, c)
-        s = _sigmoid(xp, z[:, :2 * hidden])
+        s = _sigmoid_formula(z[:, :2 * hidden])
         ig = s[:, :hidden] * xp.tanh(z[:, 2 * hidden:3 * hidden])
         return ig if c is None else s[:, hidden:] * c + ig
 
@@ -75,23 +63,9 @@ class LSTMCellState(PromotingOp):
         t = tanh(_gate(z, 2, hidden))
         blocks = [out_grad * t * i * (1 - i), None, out_grad * i * (1 - t * t), None]
         if c is None:
-            return (_join(blocks, z),)
+            return (_join(blocks, out_grad),)
         blocks[1] = out_grad * c * f * (1 - f)
-        return _join(blocks, z), out_grad * f
-
-    def vjp(self, g, node):
-        """The adjoints of z and c as arrays, in one pass (backward without a graph)."""
-        z, c = node.inputs[0], (node.inputs[1] if len(node.inputs) > 1 else None)
-        za = z._realize()
-        hidden = za.shape[1] // 4
-        xp = namespace(za)
-        i, f = _sigmoid(xp, za[:, :hidden]), _sigmoid(xp, za[:, hidden:2 * hidden])
-        t = xp.tanh(za[:, 2 * hidden:3 * hidden])
-        blocks = [g * t * i * (1 - i), None, g * i * (1 - t * t), None]
-        if c is None:
-            return (_join_arrays(xp, blocks),)
-        blocks[1] = g * c._realize() * f * (1 - f)
-        return _join_arrays(xp, blocks), g * f
+        return _join(blocks, out_grad), out_grad * f
 
 
 class LSTMCellOutput(PromotingOp):
@@ -102,22 +76,14 @@ class LSTMCellOutput(PromotingOp):
     def compute(self, z, c):
         xp = namespace(z)
         hidden = _hidden("lstm_cell_output", z, c)
-        return _sigmoid(xp, z[:, 3 * hidden:]) * xp.tanh(c)
+        return _sigmoid_formula(z[:, 3 * hidden:]) * xp.tanh(c)
 
     def gradient(self, out_grad, node):
         z, c = node.inputs
         hidden = z.shape[1] // 4
         o, t = sigmoid(_gate(z, 3, hidden)), tanh(c)
-        return _join([None, None, None, out_grad * t * o * (1 - o)], z), out_grad * o * (1 - t * t)
-
-    def vjp(self, g, node):
-        """The adjoints of z and c' as arrays, in one pass."""
-        za, ca = node.inputs[0]._realize(), node.inputs[1]._realize()
-        hidden = za.shape[1] // 4
-        xp = namespace(za)
-        o, t = _sigmoid(xp, za[:, 3 * hidden:]), xp.tanh(ca)
-        return (_join_arrays(xp, [None, None, None, g * t * o * (1 - o)]),
-                g * o * (1 - t * t))
+        return (_join([None, None, None, out_grad * t * o * (1 - o)], out_grad),
+                out_grad * o * (1 - t * t))
 
 
 def lstm_cell_state(z: Tensor, c: Tensor | None = None) -> Tensor:

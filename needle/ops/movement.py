@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from array_api_compat import is_writeable_array
 from array_api_extra import at
 
-from ..autograd import Tensor, TensorOp
+from ..autograd.tensor import Tensor, TensorOp
 from ..backends import namespace
 from .axes import freeze_axes, int_at_least, normalize_axes, normalize_axis
 
@@ -50,9 +49,6 @@ class Reshape(TensorOp):
     def gradient(self, out_grad, node):
         return reshape(out_grad, node.inputs[0].shape)
 
-    def vjp(self, g, node):
-        return (Reshape(node.inputs[0].shape).compute(g),)
-
 
 def reshape(a: Tensor, shape) -> Tensor:
     """The same elements in a new shape."""
@@ -71,9 +67,6 @@ class BroadcastTo(TensorOp):
 
     def gradient(self, out_grad, node):
         return sum_to_shape(out_grad, node.inputs[0].shape)
-
-    def vjp(self, g, node):
-        return (sum_array_to_shape(g, node.inputs[0].shape),)
 
 
 def broadcast_to(a: Tensor, shape) -> Tensor:
@@ -111,19 +104,12 @@ def broadcast_axes(shape: tuple, target: tuple) -> tuple[int, ...]:
 
 
 def sum_to_shape(t: Tensor, shape: tuple) -> Tensor:
-    """`t` summed back to `shape`, from which it was broadcast (`t` itself if it has it)."""
-    shape, t_shape = tuple(shape), t.shape
+    """`t` (a Tensor or an array) summed back to `shape`, from which it was broadcast (`t`
+    itself if it has it)."""
+    shape, t_shape = tuple(shape), tuple(t.shape)
     if t_shape == shape:
         return t
     return SumToShape(shape, broadcast_axes(t_shape, shape))(t)
-
-
-def sum_array_to_shape(a: Any, shape: tuple) -> Any:
-    """sum_to_shape on a raw array (the same computation, no node)."""
-    shape = tuple(shape)
-    if tuple(a.shape) == shape:
-        return a
-    return SumToShape(shape, broadcast_axes(tuple(a.shape), shape)).compute(a)
 
 
 def _swap_axes(axes, shape: tuple) -> tuple[int, ...]:
@@ -154,9 +140,6 @@ class Transpose(TensorOp):
     def gradient(self, out_grad, node):
         return transpose(out_grad, self.axes)
 
-    def vjp(self, g, node):
-        return (Transpose(self.axes).compute(g),)
-
 
 def transpose(a: Tensor, axes=None) -> Tensor:
     """Swap two axes (by default the last two)."""
@@ -185,13 +168,6 @@ class Permute(TensorOp):
         for i, ax in enumerate(axes):
             inverse[ax] = i
         return permute(out_grad, tuple(inverse))
-
-    def vjp(self, g, node):
-        axes = normalize_axes("permute", self.axes, tuple(g.shape))
-        inverse = [0] * len(axes)
-        for i, ax in enumerate(axes):
-            inverse[ax] = i
-        return (Permute(tuple(inverse)).compute(g),)
 
 
 def permute(a: Tensor, axes) -> Tensor:

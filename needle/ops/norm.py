@@ -11,7 +11,7 @@ With y = (x - mean) * s over `axes`, s = (var + eps)^(-1/2) and the biased varia
 
 from __future__ import annotations
 
-from ..autograd import Tensor, TensorOp
+from ..autograd.tensor import Tensor, TensorOp
 from ..backends import namespace
 from .axes import freeze_axes, normalize_axes
 from .movement import reshape
@@ -42,30 +42,28 @@ class Normalize(TensorOp):
     """(x - mean) / sqrt(var + eps) over `axes`, with the biased variance.
 
     After `compute`, `stats` holds the (mean, var) it used (keepdims arrays): BatchNorm's
-    running statistics read them instead of reducing the batch again.
+    running statistics read them instead of reducing the batch again. The node keeps
+    (x, y, s) for the gradient (`node.saved`).
     """
+
+    saves = True
 
     def __init__(self, axes, eps: float = 1e-5):
         self.axes = freeze_axes(axes)
         self.eps = float(eps)
         self.stats = None
-        self._saved = None
 
     def compute(self, x):
+        return self.forward(x)[0]
+
+    def forward(self, x):
         axes = normalize_axes("normalize", self.axes, x.shape)
         y, s, mean, var = _stats(namespace(x), x, axes, self.eps)
         self.stats = (mean, var)
-        self._saved = (x, y, s)  # for the gradient: kept while the graph lives
-        return y
+        return y, (x, y, s)
 
     def gradient(self, out_grad, node):
-        saved, self._saved = self._saved, None
-        return NormalizeGrad(self.axes, self.eps, saved)(node.inputs[0], out_grad)
-
-    def vjp(self, g, node):
-        saved, self._saved = self._saved, None
-        return (NormalizeGrad(self.axes, self.eps, saved).compute(
-            node.inputs[0]._realize(), g),)
+        return NormalizeGrad(self.axes, self.eps, node.saved)(node.inputs[0], out_grad)
 
 
 def normalize(x: Tensor, axes, eps: float = 1e-5) -> Tensor:
@@ -79,12 +77,12 @@ class NormalizeGrad(TensorOp):
     def __init__(self, axes: tuple, eps: float, saved: tuple | None = None):
         self.axes = freeze_axes(axes)
         self.eps = eps
-        self._saved = saved  # (x, y, s) from the Normalize of this x
+        self.saved = saved  # (x, y, s) from the Normalize of this x
 
     def compute(self, x, g):
         xp = namespace(x)
         axes = normalize_axes("normalize", self.axes, x.shape)
-        saved, self._saved = self._saved, None
+        saved = self.saved
         if saved is not None and saved[0] is x:
             y, s = saved[1], saved[2]
         else:
@@ -96,14 +94,16 @@ class NormalizeGrad(TensorOp):
         # d<F,h>/dx = -s^2 [(mean(gh) - mean(g) mean(h) - m n) y + n P g + m P h],
         # with m = mean(y g) and n = mean(y h).
         x, g = node.inputs
-        grad_g = NormalizeGrad(self.axes, self.eps)(x, h) if g.requires_grad else None
-        if not x.requires_grad:
+        need_x, need_g = node.needs_input_grad
+        grad_g = NormalizeGrad(self.axes, self.eps)(x, h) if need_g else None
+        if not need_x:
             return None, grad_g
-        axes = normalize_axes("normalize", self.axes, x.shape)
+        shape = tuple(x.shape)
+        axes = normalize_axes("normalize", self.axes, shape)
         count = 1
         for ax in axes:
-            count *= x.shape[ax]
-        keep = keepdims_shape(x.shape, axes)
+            count *= shape[ax]
+        keep = keepdims_shape(shape, axes)
 
         def mean(t: Tensor) -> Tensor:  # keepdims, so it broadcasts against (…, x.shape)
             return reshape(summation(t, axes), keep) / count

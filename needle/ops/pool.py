@@ -10,7 +10,8 @@ passes reduce those k*k slices (basic slicing only, no Python loop over pixels),
 
 from __future__ import annotations
 
-from ..autograd import Tensor, TensorOp
+from ..autograd.graph import array_of
+from ..autograd.tensor import Tensor, TensorOp, constant_like
 from ..backends import namespace
 from .axes import int_at_least
 from .movement import broadcast_to, reshape
@@ -62,13 +63,13 @@ class MaxPool2dOp(TensorOp):
         return out
 
     def gradient(self, out_grad, node):
-        a, m = node.inputs[0]._realize(), node._realize()
+        a, m = array_of(node.inputs[0]), array_of(node.result)
         xp, k, s = namespace(a), self.kernel_size, self.stride
         # share[p] = [window entry p == window max] / (number of such entries), as Max does
         windows = xp.stack([a[index] for index in _windows(k, s, *m.shape[-2:])])
         mask = xp.astype(windows == m, a.dtype)  # (k*k, N, C, Ho, Wo)
-        share = Tensor.make_const(mask / xp.sum(mask, axis=0), device=node.device)
-        per_offset = reshape(out_grad, (1,) + out_grad.shape) * share
+        share = constant_like(out_grad, mask / xp.sum(mask, axis=0))
+        per_offset = reshape(out_grad, (1,) + tuple(out_grad.shape)) * share
         return fold2d(per_offset, k, s, tuple(a.shape[-2:]))
 
 
@@ -92,7 +93,7 @@ class AvgPool2dOp(TensorOp):
 
     def gradient(self, out_grad, node):
         # every entry of a window gets 1/k^2 of its adjoint; overlapping windows add
-        k, shape = self.kernel_size, out_grad.shape
+        k, shape = self.kernel_size, tuple(out_grad.shape)
         spread = broadcast_to(reshape(out_grad / (k * k), (1,) + shape), (k * k,) + shape)
         return fold2d(spread, k, self.stride, tuple(node.inputs[0].shape[-2:]))
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 
-from ..autograd import Tensor, TensorOp
+from ..autograd.graph import array_of
+from ..autograd.tensor import Tensor, TensorOp, constant_like
 from ..backends import device_of, namespace
 from .axes import freeze_axes, normalize_axes
 from .elementwise import exp
-from .movement import BroadcastTo, Reshape, broadcast_to, reshape
+from .movement import broadcast_to, reshape
 
 
 def mean_factor(n: int) -> float:
@@ -53,15 +54,8 @@ class Summation(TensorOp):
         return namespace(a).sum(a, axis=axes)
 
     def gradient(self, out_grad, node):
-        shape = node.inputs[0].shape
-        return expand_reduced(out_grad, shape, normalize_axes("sum", self.axes, shape))
-
-    def vjp(self, g, node):
         shape = tuple(node.inputs[0].shape)
-        axes = tuple(sorted(normalize_axes("sum", self.axes, shape)))
-        if axes != tuple(range(len(axes))):  # expand_reduced's steps, on the array
-            g = Reshape(keepdims_shape(shape, axes)).compute(g)
-        return (BroadcastTo(shape).compute(g),)
+        return expand_reduced(out_grad, shape, normalize_axes("sum", self.axes, shape))
 
 
 def summation(a: Tensor, axes=None) -> Tensor:
@@ -85,14 +79,14 @@ class Max(TensorOp):
         return namespace(a).max(a, axis=axes, keepdims=self.keepdims)
 
     def gradient(self, out_grad, node):
-        a = node.inputs[0]._realize()
+        a = array_of(node.inputs[0])
         xp = namespace(a)
         axes = normalize_axes("max", self.axes, a.shape)
         m = xp.max(a, axis=axes, keepdims=True)
         mask = xp.astype(a == m, a.dtype)
         share = mask / xp.sum(mask, axis=axes, keepdims=True)  # a constant
         grad = expand_reduced(out_grad, tuple(a.shape), axes)
-        return grad * Tensor.make_const(share, device=node.device)
+        return grad * constant_like(grad, share)
 
 
 def max(a: Tensor, axes=None, keepdims: bool = False) -> Tensor:  # noqa: A001
@@ -118,7 +112,7 @@ class LogSumExp(TensorOp):
 
     def gradient(self, out_grad, node):
         a = node.inputs[0]
-        shape = a.shape
+        shape = tuple(a.shape)
         axes = normalize_axes("logsumexp", self.axes, shape)
         # d/da logsumexp(a) = softmax(a) = exp(logsoftmax(a)); exp(a - logsumexp(a)) would
         # lose it for huge float32 a, whose logsumexp rounds to a multiple of a's spacing
@@ -150,10 +144,10 @@ class LogSoftmax(TensorOp):
 
     def gradient(self, out_grad, node):
         # y = a - logsumexp(a): the adjoint is g - softmax(a) sum(g), and softmax(a) = exp(y)
-        shape = out_grad.shape
+        shape = tuple(out_grad.shape)
         axes = normalize_axes("logsoftmax", self.axes, shape)
         total = expand_reduced(Summation(axes)(out_grad), shape, axes)
-        return out_grad - exp(node) * total
+        return out_grad - exp(node.result) * total
 
 
 def logsoftmax(a: Tensor, axes=-1) -> Tensor:
@@ -166,36 +160,32 @@ class SoftmaxCrossEntropy(TensorOp):
 
     `labels` is a constant int64 array (N,) of the logits' device. Fused, it passes over the
     (N, k) logits four times forward (max, shift, exp, sum) and keeps exp(shifted) and the row
-    sums for the gradient, (softmax - onehot) / N, which costs four more.
+    sums for the gradient (`node.saved`), (softmax - onehot) / N, which costs four more.
     """
+
+    saves = True
 
     def __init__(self, labels):
         self.labels = labels
-        self._saved = None
 
     def compute(self, logits):
+        return self.forward(logits)[0]
+
+    def forward(self, logits):
         fast = device_of(logits).softmax_xent(logits, self.labels)  # fewer fresh arrays
         if fast is not None:
             loss, e, sums = fast
-            self._saved = (logits, e, sums)
-            return loss
+            return loss, (logits, e, sums)
         xp = namespace(logits)
         n = logits.shape[0]
         shifted = logits - _finite_max(xp, logits, (1,))
         e = xp.exp(shifted)
         sums = xp.sum(e, axis=1, keepdims=True)
         picked = xp.take_along_axis(shifted, xp.reshape(self.labels, (n, 1)), axis=1)
-        self._saved = (logits, e, sums)  # for the gradient, while the graph lives
-        return xp.sum(xp.log(sums) - picked) * mean_factor(n)
+        return xp.sum(xp.log(sums) - picked) * mean_factor(n), (logits, e, sums)
 
     def gradient(self, out_grad, node):
-        saved, self._saved = self._saved, None
-        return SoftmaxCrossEntropyGrad(self.labels, saved)(node.inputs[0], out_grad)
-
-    def vjp(self, g, node):
-        saved, self._saved = self._saved, None
-        return (SoftmaxCrossEntropyGrad(self.labels, saved).compute(
-            node.inputs[0]._realize(), g),)
+        return SoftmaxCrossEntropyGrad(self.labels, node.saved)(node.inputs[0], out_grad)
 
 
 class SoftmaxCrossEntropyGrad(TensorOp):
@@ -204,14 +194,14 @@ class SoftmaxCrossEntropyGrad(TensorOp):
 
     def __init__(self, labels, saved: tuple | None = None):
         self.labels = labels
-        self._saved = saved  # (x, exp(x - max), row sums) from the forward of this x
+        self.saved = saved  # (x, exp(x - max), row sums) from the forward of this x
 
     def compute(self, x, g):
         xp = namespace(x)
         n, k = x.shape
-        saved, self._saved = self._saved, None
+        saved = self.saved
         if saved is not None and saved[0] is x:
-            e, sums = saved[1], saved[2]  # this op's alone now: the device may write over e
+            e, sums = saved[1], saved[2]  # read only: a second backward reads them again
             fast = device_of(x).softmax_xent_grad(e, sums, self.labels, g)
             if fast is not None:
                 return fast
@@ -228,14 +218,15 @@ class SoftmaxCrossEntropyGrad(TensorOp):
         # F(x, g) = g/N (s - Y) with s = softmax(x): dF/dg . h = sum(h (s - Y)) / N and
         # dF/dx . h = g/N s (h - sum(s h, rows))
         x, g = node.inputs
+        need_x, need_g = node.needs_input_grad
         n, k = x.shape
         s = exp(logsoftmax(x, 1))
         xp = namespace(self.labels)
         classes = xp.arange(k, dtype=self.labels.dtype, device=self.labels.device)
-        onehot = xp.astype(xp.reshape(self.labels, (n, 1)) == classes, s._array.dtype)
-        y = Tensor.make_const(onehot, device=x.device)
-        grad_g = Summation()(h * (s - y)) / n if g.requires_grad else None
-        if not x.requires_grad:
+        onehot = xp.astype(xp.reshape(self.labels, (n, 1)) == classes, array_of(s).dtype)
+        y = constant_like(h, onehot)
+        grad_g = Summation()(h * (s - y)) / n if need_g else None
+        if not need_x:
             return None, grad_g
         rows = broadcast_to(reshape(Summation((1,))(s * h), (n, 1)), (n, k))
         return s * (h - rows) * broadcast_to(reshape(g / n, (1, 1)), (n, k)), grad_g

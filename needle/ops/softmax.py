@@ -9,7 +9,7 @@ whose own gradient (second order) is built from needle ops.
 
 from __future__ import annotations
 
-from ..autograd import Tensor, TensorOp
+from ..autograd.tensor import Tensor, TensorOp
 from ..backends import namespace
 from .movement import broadcast_to, reshape
 from .reduce import _finite_max, summation
@@ -49,7 +49,7 @@ class Softmax(TensorOp):
         return e / xp.sum(e, axis=-1, keepdims=True)
 
     def gradient(self, out_grad, node):
-        return SoftmaxGrad(self.temperature)(node, out_grad)
+        return SoftmaxGrad(self.temperature)(node.result, out_grad)
 
 
 def softmax(a: Tensor, temperature: float = 1.0, causal: bool = False) -> Tensor:
@@ -75,10 +75,11 @@ class SoftmaxGrad(TensorOp):
         # F(y, g) = c y (g - s) with s = sum(g y) and c = 1 / temperature. F is linear in g:
         # dF/dg . h = F(y, h); and dF/dy . h = c (h (g - s) - g sum(h y)).
         y, g = node.inputs
-        grad_g = SoftmaxGrad(self.temperature)(y, h) if g.requires_grad else None
-        if not y.requires_grad:
+        need_y, need_g = node.needs_input_grad
+        grad_g = SoftmaxGrad(self.temperature)(y, h) if need_g else None
+        if not need_y:
             return None, grad_g
-        shape, last = y.shape, y.ndim - 1
+        shape, last = tuple(y.shape), y.ndim - 1
 
         def row_sum(t: Tensor) -> Tensor:  # over the last axis, broadcast back
             return broadcast_to(reshape(summation(t, (last,)), shape[:-1] + (1,)), shape)

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
-from ..autograd import OneHotAdjoint, Tensor, TensorOp, TensorTuple, TensorTupleOp
+from typing import Any
+
+from ..autograd.graph import Value, array_of
+from ..autograd.tensor import OneHotAdjoint, Tensor, TensorOp, TensorTuple, TensorTupleOp
 from ..backends import namespace
 from .axes import normalize_axis
 from .dtypes import promote
 from .elementwise import as_scalar
+
+
+def _one_adjoint(adjoint: Any) -> Any:
+    """A TensorTuple input's adjoint as a gradient returns it: on raw arrays a tuple of arrays,
+    so in a 1-tuple (the engine reads a tuple as one adjoint per input)."""
+    return adjoint if isinstance(adjoint, Value) else (adjoint,)
 
 
 class MakeTensorTuple(TensorTupleOp):
@@ -31,6 +40,8 @@ class TupleGetItem(TensorOp):
         self.index = index
 
     def __call__(self, a: TensorTuple) -> Tensor:
+        if not isinstance(a, Value):  # a tuple of arrays
+            return a[self.index]
         if isinstance(a.op, MakeTensorTuple):
             return a.inputs[self.index]  # no node for make_tuple(...)[i]
         return Tensor.make_from_op(self, [a])
@@ -39,26 +50,26 @@ class TupleGetItem(TensorOp):
         return a[self.index]
 
     def gradient(self, out_grad, node):
-        like = tuple((tuple(v.shape), v.dtype) for v in node.inputs[0]._realize())
-        return OneHotTuple(self.index, like)(out_grad)
-
-    def vjp(self, g, node):
-        out = [None] * len(node.inputs[0]._realize())  # None: a zero element
-        out[self.index] = g
-        return (tuple(out),)
+        like = tuple((tuple(v.shape), v.dtype) for v in array_of(node.inputs[0]))
+        return _one_adjoint(OneHotTuple(self.index, like)(out_grad))
 
 
 class OneHotTuple(TensorTupleOp):
     """The adjoint TupleGetItem(index) gives its TensorTuple: `a` at `index` and zeros at the
     other places, one zeros array per distinct (shape, dtype) shared by them (adjoints are
-    never written in place). The engine adds such adjoints by picking `a` alone, so T
-    steps of a split cost T nodes backward, not T^2 zeros."""
+    never written in place). Tuple adjoints are added by picking `a` alone, so T steps of a
+    split cost T nodes backward, not T^2 zeros. On a raw array `a` it gives a tuple with
+    None for the zeros, which `sum_tuple_adjoints` fills in."""
 
     def __init__(self, index: int, like: tuple):
         self.index = index
         self.like = like  # (shape, dtype) of every element
 
     def __call__(self, a: Tensor) -> OneHotAdjoint:
+        if not isinstance(a, Value):
+            out: list = [None] * len(self.like)  # None: a zero element
+            out[self.index] = a
+            return tuple(out)
         value = OneHotAdjoint.make_from_op(self, (a,))
         value.index, value.element = self.index, a  # what the engine adds, graph or not
         return value
@@ -85,6 +96,37 @@ class OneHotTuple(TensorTupleOp):
 def tuple_get_item(value: TensorTuple, index: int) -> Tensor:
     """Element `index` of a TensorTuple."""
     return TupleGetItem(index)(value)
+
+
+def sum_tuple_adjoints(partials: list, node: TensorTuple) -> Any:
+    """The elementwise sum of the partial adjoints of the TensorTuple `node`, one AddN per
+    element, zeros left out: TensorTuples while a graph is recorded, else tuples of arrays
+    (None: zeros). Each of T `split(x)[t]` contributes a one-hot adjoint, zero but for
+    element t: added tuple by tuple that would be T^2 additions, here it is T picks."""
+    from .elementwise import AddN
+
+    columns: list[list] = [[] for _ in node._array]
+    for partial in partials:
+        if partial.__class__ is tuple:
+            elems = partial
+        elif partial.__class__ is OneHotAdjoint:
+            elems = [None] * len(columns)
+            elems[partial.index] = partial.element
+        elif isinstance(partial.op, MakeTensorTuple):
+            elems = partial.inputs
+        else:
+            elems = partial.tuple()
+        for column, elem in zip(columns, elems):
+            if elem is not None:
+                column.append(elem)
+    raw = partials[0].__class__ is tuple
+    summed = []
+    for i, column in enumerate(columns):
+        if not column:  # no partial reached this element: its zeros
+            data = node._array[i]
+            column = [node.device.xp.zeros_like(data) if raw else partials[0][i]]
+        summed.append(column[0] if len(column) == 1 else AddN()(*column))
+    return tuple(summed) if raw else make_tuple(*summed)
 
 
 class FusedAddScalars(TensorTupleOp):
@@ -123,7 +165,7 @@ class Stack(TensorOp):
         return namespace(args[0]).stack(args, axis=axis)
 
     def gradient(self, out_grad, node):
-        return split(out_grad, self.axis)
+        return _one_adjoint(split(out_grad, self.axis))
 
 
 def stack(args, axis: int) -> Tensor:
@@ -131,6 +173,8 @@ def stack(args, axis: int) -> Tensor:
     tensors = list(args)
     if not tensors:
         raise ValueError(f"stack: needs at least one tensor, got {args!r}")
+    if not any(isinstance(t, Value) for t in tensors):  # raw arrays (a gradient rule's)
+        return Stack(axis).compute(tuple(tensors))
     for i, t in enumerate(tensors):
         if not isinstance(t, Tensor):
             raise TypeError(f"stack: expected Tensors, got {type(t).__name__} at position {i}")

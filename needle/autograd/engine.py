@@ -1,0 +1,89 @@
+"""The backward engine: one reverse-mode walk for both kinds of backward.
+
+While a graph is recorded (`backward()`, create_graph=True) the adjoints are Tensors built by
+the ops' `gradient` rules, so they can be differentiated again. With no graph recorded
+(create_graph=False, or under no_grad) the same rules run on raw arrays: each node is shown
+to its rule as an `ArrayNode` and every op called on arrays evaluates at once, so both kinds
+give the same numbers by construction. The engine names no op: a value's class sums its
+partial adjoints (`_sum_adjoints`) and fits one to its shape (`_fit_adjoint`).
+"""
+
+from __future__ import annotations
+
+import weakref
+from operator import attrgetter
+from typing import Any
+
+from ..grad_mode import _grad_enabled
+from . import graph
+from .graph import Value, check_versions, find_topo_sort
+
+_array, _requires_grad = attrgetter("_array"), attrgetter("requires_grad")
+
+
+class ArrayNode:
+    """A node as a gradient rule sees it when no graph is recorded: raw arrays throughout."""
+
+    __slots__ = ("op", "inputs", "result", "saved", "needs_input_grad", "device")
+
+    def show(self, node: Value) -> ArrayNode:
+        """This view, now of `node` (the engine reuses one view for every node of a walk)."""
+        inputs = node.inputs
+        self.op = node.op
+        self.inputs = tuple(map(_array, inputs))  # a TensorTuple's: a tuple of arrays
+        self.needs_input_grad = tuple(map(_requires_grad, inputs))
+        self.result = node._array
+        self.saved = node.saved
+        self.device = node.device
+        return self
+
+
+def backward(output: Value, out_grad: Any) -> None:
+    """Set `.grad` of every value `output` depends on, for the adjoint `out_grad` of `output`
+    (a Tensor while grad mode is on, else a raw array)."""
+    record = _grad_enabled()
+    view = None if record else ArrayNode()
+    partials_of: dict[Value, list] = {output: [out_grad]}
+    clock = graph._VERSION_CLOCK
+    for node in reversed(find_topo_sort([output], requiring_grad=True)):
+        partials = partials_of.pop(node, None)
+        if partials is None:
+            continue
+        version = node._version
+        if version != clock:  # something changed since this node was made (BatchNorm's
+            for inp in node.inputs:  # running statistics, every training forward): check
+                if inp._version > version:
+                    check_versions(node)  # raises
+        if len(partials) == 1 and (record or node._array.__class__ is not tuple):
+            grad = partials[0]
+        else:  # (a tuple's raw adjoints always: their None elements become zeros)
+            grad = node._sum_adjoints(partials)
+        op = node.op
+        if op is None:
+            node._grad = grad
+            continue
+        if record:
+            # An intermediate node holds a recorded adjoint weakly: that adjoint's graph
+            # refers back to the node, and a strong reference would make a cycle only gc
+            # could free. It stays alive while the leaves' gradients (built on it) are.
+            node._grad = grad if grad.op is None else weakref.ref(grad)
+            parts = op.gradient(grad, node)
+        else:
+            node._grad = grad  # an array (or a tuple): `Value.grad` wraps it when read
+            parts = op.gradient(grad, view.show(node))
+        if parts.__class__ is not tuple:  # what gradient_as_tuple does, inlined
+            parts = tuple(parts) if isinstance(parts, list) else (parts,)
+        for inp, partial in zip(node.inputs, parts):
+            if partial is None or not inp.requires_grad:
+                continue
+            if record:
+                partial = inp._fit_adjoint(partial)
+            else:  # (inline: the common case is an adjoint of the input's shape)
+                data = inp._array
+                if data.__class__ is not tuple and partial.shape != data.shape:
+                    partial = inp._fit_adjoint(partial)
+            pending = partials_of.get(inp)
+            if pending is None:
+                partials_of[inp] = [partial]
+            else:
+                pending.append(partial)

@@ -1,0 +1,311 @@
+"""The graph: Op, Value (a node: op, inputs, cached array), the version clock, topological order."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any, Iterable
+
+from ..backend_ndarray import unwrap as _raw
+from ..backend_ndarray import view as _course_view
+from ..backends import Device, device_of
+from ..grad_mode import _grad_enabled
+
+# The version clock: counts in-place changes (optimizer steps, `.data` writes...) of any Value.
+# An op's output is stamped with the clock when made; a changed Value is stamped with the
+# next reading. An input stamped later than the node that used it was changed after the
+# graph was built: backward() refuses it (PyTorch's "modified by an inplace operation").
+_VERSION_CLOCK = 0
+_version_lock = threading.Lock()
+
+
+class Op:
+    """An operator: `compute` maps arrays to arrays, `gradient` gives its inputs' adjoints.
+
+    `gradient(out_grad, node)` is written once with needle's op functions. While a graph is
+    recorded it runs on Tensors (`node` is the output Value); with no graph recorded the
+    engine runs it on raw arrays (`node` an `ArrayNode`, `out_grad` an array), and every op
+    called with no Value among its inputs evaluates `compute` at once and returns an array.
+    Rules read `node.inputs`, `node.result` (the output), `node.saved` (what `forward`
+    kept) and `node.needs_input_grad`, which both kinds of node have.
+    """
+
+    #: True for ops whose `forward` returns (output, values kept for the gradient)
+    saves = False
+
+    def __call__(self, *args: Value) -> Value:
+        raise NotImplementedError()
+
+    def compute(self, *args: Any) -> Any:
+        """The forward computation on the devices' raw arrays."""
+        raise NotImplementedError()
+
+    def forward(self, *args: Any) -> tuple[Any, Any]:
+        """(compute's output, the values the gradient reads as `node.saved`); ops that set
+        `saves` define it, and `compute` is its output alone."""
+        return self.compute(*args), None
+
+    def gradient(self, out_grad: Any, node: Any) -> Any:
+        """Partial adjoints of the inputs, built from needle ops (None: no gradient needed):
+        one, or a tuple with one per input (so a TensorTuple input's adjoint, a tuple of
+        arrays on raw arrays, comes in a 1-tuple)."""
+        raise NotImplementedError()
+
+    def gradient_as_tuple(self, out_grad: Any, node: Any) -> tuple:
+        """`gradient` with the result always a tuple, one entry per input."""
+        output = self.gradient(out_grad, node)
+        if isinstance(output, tuple):
+            return output
+        if isinstance(output, list):
+            return tuple(output)
+        return (output,)
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"{type(self).__name__}({args})"
+
+
+class Value:
+    """A node of the computational graph: an op, its inputs and the cached result."""
+
+    # `_array` holds the device's raw array (a tuple of them for a TensorTuple): the
+    # framework reads and writes it directly. Course code sees it through `cached_data` and
+    # `realize_cached_data()`, as backend_ndarray.NDArray views. `saved` holds what the op's
+    # `forward` kept for the gradient (while the graph lives); `_grad` the adjoint: a Value,
+    # a weak reference to one (intermediate nodes), or an array left by a backward that
+    # recorded no graph (wrapped when read).
+    __slots__ = ("op", "inputs", "_array", "requires_grad", "device", "_grad",
+                 "_version", "saved", "__weakref__")
+
+    op: Op | None
+    inputs: tuple[Value, ...]
+    _array: Any
+    requires_grad: bool
+    device: Device
+
+    def _realize(self) -> Any:
+        """The raw cached array (values are computed when made)."""
+        return self._array
+
+    def realize_cached_data(self) -> Any:
+        """The course's accessor: the cached array as an NDArray view (`.numpy()`, `.shape`,
+        `.device`, ...) sharing the tensor's data."""
+        return _course_view(self._array, self.device)
+
+    @property
+    def cached_data(self) -> Any:
+        """The course's cached array as an NDArray view sharing the tensor's data; assigning
+        an NDArray or a device array replaces it."""
+        return _course_view(self._array, self.device)
+
+    @cached_data.setter
+    def cached_data(self, data: Any) -> None:
+        self._array = _raw(data)
+        mark_modified(self)  # a graph built on this value would now read the new data
+
+    @property
+    def result(self) -> Value:
+        """The node's output, for gradient rules (`out_grad * node.result`): the Value."""
+        return self
+
+    @property
+    def needs_input_grad(self) -> tuple[bool, ...]:
+        """Which inputs need an adjoint (PyTorch's `ctx.needs_input_grad`)."""
+        return tuple(x.requires_grad for x in self.inputs)
+
+    @property
+    def grad(self) -> Value | None:
+        """The adjoint set by the last backward() through this value (None before)."""
+        grad = self._grad
+        if grad is None or isinstance(grad, Value):
+            return grad
+        if grad.__class__ is weakref.ref:
+            return grad()
+        grad = self._grad = self._wrap_adjoint(grad)  # an array: a constant when first read
+        return grad
+
+    @grad.setter
+    def grad(self, value: Value | None) -> None:
+        self._grad = value
+
+    def _wrap_adjoint(self, grad: Any) -> Value:
+        """A constant Value of this kind holding an adjoint array (Tensor, TensorTuple)."""
+        raise NotImplementedError()
+
+    def is_leaf(self) -> bool:
+        """True for values not produced by an op."""
+        return self.op is None
+
+    def __reduce__(self) -> tuple:
+        """Pickle (and copy) as a leaf: the data through the host, exactly, on the same device.
+
+        `requires_grad` is kept and so is a leaf's `.grad`; the graph is not copied, so a
+        non-leaf comes back as a leaf holding its value (like `detach()`, but still
+        requiring grad when it did).
+        """
+        data, device = self._array, self.device
+        if isinstance(data, tuple):  # a TensorTuple
+            host = tuple(device.to_numpy(a) for a in data)
+        else:
+            host = device.to_numpy(data)
+        grad = self.grad if self.op is None else None
+        return _rebuild_value, (type(self), device, host, self.requires_grad, grad)
+
+    def _init(
+        self,
+        op: Op | None,
+        inputs: Iterable[Value],
+        *,
+        cached_data: Any = None,
+        requires_grad: bool = False,
+        device: Device | None = None,
+    ) -> None:
+        """Fill in every field (the course's constructor body): for leaves; ops use make_from_op."""
+        self.op = op
+        self.inputs = tuple(inputs)
+        self._array = _raw(cached_data)
+        self.requires_grad = requires_grad
+        self.device = device_of(self._array) if device is None else device
+        self._grad = None
+        self._version = 0
+        self.saved = None
+
+    @classmethod
+    def make_const(cls, data: Any, requires_grad: bool = False, *, device: Device | None = None):
+        """A leaf holding `data` (a device array) as is: no copy, no graph."""
+        value = cls.__new__(cls)
+        value._init(None, (), cached_data=data, requires_grad=requires_grad, device=device)
+        return value
+
+    @classmethod
+    def make_from_op(cls, op: Op, inputs: Iterable[Any]):
+        """The output of `op` on `inputs`; detached when no input requires grad. With no
+        Value among the inputs (raw arrays: a gradient rule run without a graph), `compute`'s
+        array itself."""
+        inputs = tuple(inputs)
+        if not inputs or not isinstance(inputs[0], Value):
+            return _evaluate(op, inputs)
+        device = inputs[0].device
+        requires_grad = False
+        for x in inputs:
+            if x.device is not device and x.device != device:
+                _mismatch(op, inputs)
+            if x.requires_grad:
+                requires_grad = True
+        if requires_grad:
+            requires_grad = _grad_enabled()  # read once: this thread's no_grad()
+        value = cls.__new__(cls)
+        value.device = device
+        value._grad = None
+        value.requires_grad = requires_grad
+        value._version = _VERSION_CLOCK
+        if op.saves:
+            value._array, saved = op.forward(*[x._array for x in inputs])
+        else:
+            value._array, saved = op.compute(*[x._array for x in inputs]), None
+        if requires_grad:
+            value.op, value.inputs, value.saved = op, inputs, saved
+        else:  # nothing to differentiate: keep no references to the inputs
+            value.op, value.inputs, value.saved = None, (), None
+        return value
+
+
+def _evaluate(op: Op, inputs: tuple) -> Any:
+    """`op` on raw arrays: its `compute` (a mix with Values is a TypeError)."""
+    for x in inputs:
+        if isinstance(x, Value):
+            raise TypeError(f"{type(op).__name__}: got both Tensors and raw arrays as inputs; "
+                            "wrap the arrays in Tensors (or pass arrays only)")
+    return op.compute(*inputs)
+
+
+def _mismatch(op: Op, inputs: tuple) -> None:
+    """The ValueError for inputs on different devices."""
+    for x in inputs:
+        if not isinstance(x, Value):
+            _evaluate(op, inputs)  # raises the TypeError for the mix
+    raise ValueError(
+        f"{type(op).__name__}: inputs are on different devices "
+        f"({', '.join(str(x.device) for x in inputs)}); move them with .to()"
+    )
+
+
+def mark_modified(*values: Value) -> None:
+    """Record that the data of `values` changed in place or was replaced (optimizer steps,
+    `.data` writes, loading a state dict): a graph built before on them can no longer be
+    differentiated, and backward() through it raises a RuntimeError."""
+    global _VERSION_CLOCK
+    with _version_lock:
+        _VERSION_CLOCK += 1
+        for value in values:
+            value._version = _VERSION_CLOCK
+
+
+def check_versions(node: Value) -> None:
+    """Raise PyTorch's RuntimeError when an input of `node` changed after `node` was made
+    (the engine inlines the comparison and calls this to raise)."""
+    version = node._version
+    for i, inp in enumerate(node.inputs):
+        if inp._version > version:
+            data = inp._array
+            if isinstance(data, tuple):
+                what = "TensorTuple of shapes " + ", ".join(str(tuple(a.shape)) for a in data)
+            else:
+                what = (f"{type(inp).__name__} {inp.device.public_dtype(data.dtype)} "
+                        f"{tuple(data.shape)}")
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified by an "
+                f"inplace operation: [needle.{what}], input {i} of {type(node.op).__name__}, "
+                "was changed (by an optimizer step, a .data assignment, load_state_dict or "
+                "another in-place update) after the graph was built; call backward() before "
+                "changing it, or run the forward again"
+            )
+
+
+def _rebuild_value(cls: type, device: Device, host: Any, requires_grad: bool,
+                   grad: Value | None) -> Value:
+    """What a pickled Value unpickles to: a leaf of class `cls` holding the host data."""
+    if isinstance(host, tuple):
+        data = tuple(device.adopt_numpy(a) for a in host)
+    else:
+        data = device.adopt_numpy(host)  # unpickled (or deep-copied) arrays are fresh
+    value = cls.make_const(data, requires_grad, device=device)
+    value._grad = grad
+    return value
+
+
+def find_topo_sort(node_list: Iterable[Value], *, requiring_grad: bool = False) -> list[Value]:
+    """Post-order depth-first walk over `inputs`, left to right; iterative, so deep graphs work.
+
+    With `requiring_grad`, inputs that do not require grad (data, masks) are not visited.
+    """
+    order: list[Value] = []
+    visited: set[Value] = set()  # Values hash by identity
+    for root in node_list:
+        if root in visited:
+            continue
+        visited.add(root)
+        stack = [(root, iter(root.inputs))]
+        while stack:
+            node, children = stack[-1]
+            for child in children:  # resumes where this node's walk left off
+                if child not in visited and (child.requires_grad or not requiring_grad):
+                    visited.add(child)
+                    stack.append((child, iter(child.inputs)))
+                    break
+            else:
+                stack.pop()
+                order.append(node)
+    return order
+
+
+def live_values() -> int:
+    """The number of Values alive now (for spotting leaked graphs; walks the gc's objects)."""
+    import gc
+
+    return sum(1 for o in gc.get_objects() if issubclass(type(o), Value))
+
+
+def array_of(x: Any) -> Any:
+    """The raw array of a Value, or `x` itself (a gradient rule's input on either kind of node)."""
+    return x._array if isinstance(x, Value) else x

@@ -1,0 +1,350 @@
+"""Tensor and TensorTuple (the graph's values with their operators), and the ops that make them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..backend_ndarray import NDArray
+from ..backends import Device, default_device
+from ..grad_mode import no_grad
+from .engine import backward
+from .graph import Op, Value, mark_modified
+
+
+class TensorOp(Op):
+    """An op whose output is a single Tensor."""
+
+    def __call__(self, *args: Value) -> Tensor:
+        return Tensor.make_from_op(self, args)
+
+
+class TensorTupleOp(Op):
+    """An op whose output is a TensorTuple."""
+
+    def __call__(self, *args: Value) -> TensorTuple:
+        return TensorTuple.make_from_op(self, args)
+
+
+class TensorTuple(Value):
+    """A tuple of tensors produced by one op (for fused ops, split and stack)."""
+
+    __slots__ = ()
+
+    def __len__(self) -> int:
+        return len(self._realize())
+
+    def __getitem__(self, index: int) -> Tensor:
+        return _ops.tuple_get_item(self, index)
+
+    def tuple(self) -> tuple[Tensor, ...]:
+        """The elements as a Python tuple of Tensors."""
+        return tuple(self[i] for i in range(len(self)))
+
+    def __iter__(self):
+        return iter(self.tuple())
+
+    def __repr__(self) -> str:
+        return "needle.TensorTuple" + str(self.tuple())
+
+    def __str__(self) -> str:
+        return self.__repr__()
+
+    def __add__(self, other: TensorTuple) -> TensorTuple:
+        make_tuple = _ops.make_tuple
+
+        if not isinstance(other, TensorTuple) or len(self) != len(other):
+            raise ValueError("TensorTuple + needs another TensorTuple of the same length")
+        return make_tuple(*[self[i] + other[i] for i in range(len(self))])
+
+    def detach(self) -> TensorTuple:
+        """A constant TensorTuple sharing the data."""
+        return TensorTuple.make_const(self._realize(), device=self.device)
+
+    def _wrap_adjoint(self, grad: tuple) -> TensorTuple:
+        xp = self.device.xp
+        return TensorTuple.make_const(tuple(xp.zeros_like(d) if g is None else g
+                                            for d, g in zip(self._array, grad)),
+                                      device=self.device)
+
+    def _sum_adjoints(self, partials: list) -> Any:
+        """The elementwise sum of this tuple's partial adjoints (the tuple ops' business)."""
+        return _ops.tuple.sum_tuple_adjoints(partials, self)
+
+    def _fit_adjoint(self, partial: Any) -> Any:
+        return partial
+
+
+class Tensor(Value):
+    """An n-dimensional array on a device, recording the ops applied to it."""
+
+    __slots__ = ()
+    # numpy scalars on the left of an operator defer to Tensor's reflected methods
+    __array_ufunc__ = None
+
+    def __init__(
+        self,
+        array: Any,
+        *,
+        device: Device | None = None,
+        dtype: Any = None,
+        requires_grad: bool = True,
+        **kwargs: Any,
+    ):
+        if kwargs:  # the course's signature takes **kwargs; PyTorch rejects unknown ones
+            raise TypeError(
+                f"Tensor() got unexpected keyword argument(s) {', '.join(map(repr, kwargs))}"
+                "; it takes device, dtype and requires_grad"
+            )
+        if array.__class__ is NDArray:  # the course's NDArray: its device's array
+            device = array.device if device is None else device
+            array = array._array
+        if isinstance(array, Tensor):
+            device = array.device if device is None else device
+            dtype = array.dtype if dtype is None else dtype
+            data = device.asarray(array._realize(), dtype=dtype)
+        else:
+            device = default_device() if device is None else device
+            data = device.asarray(array, dtype=dtype)
+        self._init(None, (), cached_data=data, requires_grad=requires_grad, device=device)
+
+    # ----- array-like members ------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape, a tuple of ints."""
+        return tuple(self._array.shape)
+
+    @property
+    def dtype(self) -> Any:
+        """The dtype, comparing equal to its name (`t.dtype == "float32"`) on every device."""
+        return self.device.public_dtype(self._realize().dtype)
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+        return len(self._realize().shape)
+
+    def numpy(self):
+        """A host (numpy) copy of the data."""
+        return self.device.to_numpy(self._realize())
+
+    def item(self) -> float | int | bool:
+        """The value of a one-element tensor as a Python number."""
+        return self.numpy().item()
+
+    def __float__(self) -> float:
+        """`float(t)` of a one-element tensor (a read to the host, as in PyTorch)."""
+        return float(self.item())
+
+    def __len__(self) -> int:
+        shape = self.shape
+        if not shape:
+            raise TypeError("len() of a 0-d tensor")
+        return shape[0]
+
+    def to(self, device: Device) -> Tensor:
+        """This tensor on `device` (itself when already there); the copy is a new leaf."""
+        if device == self.device:
+            return self
+        return Tensor(self, device=device, requires_grad=self.requires_grad)
+
+    # ----- DLPack: other libraries share this tensor's memory (the device does the work) ---
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        """A DLPack capsule of the data, sharing memory (no graph: the reader sees the data as
+        `detach()` would); torch/jax/numpy/cupy `from_dlpack` call it."""
+        return self.device.to_dlpack(self._realize(), **kwargs)
+
+    def __dlpack_device__(self) -> tuple[Any, int]:
+        """(DLPack device type, index) of the data, e.g. (1, 0) for host memory."""
+        return self._realize().__dlpack_device__()
+
+    # ----- graph members -----------------------------------------------------------------
+    def detach(self) -> Tensor:
+        """A new constant tensor sharing this tensor's storage."""
+        return Tensor.make_const(self._realize(), device=self.device)
+
+    @property
+    def data(self) -> Tensor:
+        """The tensor's data as a detached tensor sharing storage."""
+        return self.detach()
+
+    @data.setter
+    def data(self, value: Tensor) -> None:
+        if not isinstance(value, Tensor):
+            raise TypeError(f".data must be set to a Tensor, got {type(value).__name__}")
+        if value.dtype != self.dtype:
+            raise ValueError(
+                f".data dtype mismatch: this tensor is {self.dtype}, the new data is "
+                f"{value.dtype}"
+            )
+        self._array = value._realize()
+        self.device = value.device
+        mark_modified(self)  # a graph holding this tensor would now see the new data
+
+    def backward(self, out_grad: Tensor | None = None, *, create_graph: bool = True) -> None:
+        """Set `.grad` on every node that this tensor depends on.
+
+        `out_grad` defaults to ones of this tensor's shape; a Tensor `out_grad` must have this
+        tensor's device, shape and dtype (ValueError otherwise, as PyTorch does), while an array
+        or list is converted to them. The gradients are built from needle ops and can be
+        differentiated again; `create_graph=False` records no graph for them: the adjoints are
+        computed on raw arrays by the same rules (autograd/engine.py) and each `.grad` becomes a
+        constant Tensor when first read (faster, and no cycles between nodes and gradients).
+        """
+        if out_grad is None:
+            out_grad = Tensor.make_const(
+                self.device.ones(self.shape, dtype=self._realize().dtype),
+                device=self.device,
+            )
+        else:
+            if not isinstance(out_grad, Tensor):
+                out_grad = Tensor(out_grad, device=self.device, dtype=self.dtype,
+                                  requires_grad=False)
+            self._check_out_grad(out_grad)
+        if create_graph:
+            backward(self, out_grad)
+        else:
+            with no_grad():
+                backward(self, out_grad._array)
+
+    def _check_out_grad(self, out_grad: Tensor) -> None:
+        """Raise a ValueError naming both sides unless `out_grad` fits this tensor."""
+        if out_grad.device != self.device:
+            raise ValueError(f"backward: out_grad is on {out_grad.device}, the tensor is on "
+                             f"{self.device}; move it with .to()")
+        if out_grad.shape != self.shape:
+            raise ValueError(f"backward: out_grad has shape {out_grad.shape}, the tensor has "
+                             f"{self.shape}")
+        if out_grad.dtype != self.dtype:  # gradients keep their tensor's dtype
+            raise ValueError(f"backward: out_grad has dtype {out_grad.dtype}, the tensor has "
+                             f"{self.dtype}")
+
+    def _wrap_adjoint(self, grad: Any) -> Tensor:
+        return Tensor.make_const(grad, device=self.device)
+
+    def _sum_adjoints(self, partials: list) -> Any:
+        """The sum of this tensor's partial adjoints, left to right, as one AddN."""
+        return _ops.AddN()(*partials)
+
+    def _fit_adjoint(self, partial: Any) -> Any:
+        """A partial adjoint summed back to this tensor's shape where an op broadcast it (a
+        safety net for user ops: needle's own return adjoints shaped like their inputs)."""
+        shape = self._array.shape
+        if (partial._array if isinstance(partial, Value) else partial).shape == shape:
+            return partial
+        return _ops.sum_to_shape(partial, tuple(shape))
+
+    # ----- printing ------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        suffix = "" if self.device.kind == "cpu" else f", device={self.device}"
+        return f"needle.Tensor({self.numpy()}{suffix})"
+
+    def __str__(self) -> str:
+        return str(self.numpy())
+
+    # ----- operators: Tensor operands use the EWise ops, Python numbers the scalar ops ------
+    def __add__(self, other: Any) -> Tensor:
+        if isinstance(other, Tensor):
+            if self._array.dtype is other._array.dtype:  # the hot case
+                return _make(_ops.EWiseAdd(), (self, other))
+            return _ops.EWiseAdd()(self, other)  # promotes mixed dtypes (ops/dtypes.py)
+        return _make(_ops.AddScalar(other), (self,))
+
+    __radd__ = __add__
+
+    def __mul__(self, other: Any) -> Tensor:
+        if isinstance(other, Tensor):
+            if self._array.dtype is other._array.dtype:  # the hot case
+                return _make(_ops.EWiseMul(), (self, other))
+            return _ops.EWiseMul()(self, other)  # promotes mixed dtypes (ops/dtypes.py)
+        return _make(_ops.MulScalar(other), (self,))
+
+    __rmul__ = __mul__
+
+    def __sub__(self, other: Any) -> Tensor:
+        if isinstance(other, Tensor):
+            if self._array.dtype is not other._array.dtype:  # before the negation
+                self, other = _ops.dtypes.promote("subtract", (self, other))
+            return _ops.EWiseAdd()(self, _ops.Negate()(other))
+        return _ops.AddScalar(-_ops.as_scalar(other))(self)
+
+    def __rsub__(self, other: Any) -> Tensor:
+        return _ops.AddScalar(other)(_ops.Negate()(self))
+
+    def __truediv__(self, other: Any) -> Tensor:
+        if isinstance(other, Tensor):
+            return _ops.EWiseDiv()(self, other)
+        return _make(_ops.DivScalar(other), (self,))
+
+    def __rtruediv__(self, other: Any) -> Tensor:
+        return _ops.MulScalar(other)(_ops.PowerScalar(-1)(self))
+
+    def __pow__(self, other: Any) -> Tensor:
+        if isinstance(other, Tensor):
+            return _ops.EWisePow()(self, other)
+        return _make(_ops.PowerScalar(other), (self,))
+
+    def __rpow__(self, other: Any) -> Tensor:
+        return _make(_ops.RPowerScalar(other), (self,))
+
+    def __neg__(self) -> Tensor:
+        return _make(_ops.Negate(), (self,))
+
+    def __matmul__(self, other: Tensor) -> Tensor:
+        return _ops.matmul(self, other)
+
+    def __getitem__(self, index: Any) -> Tensor:
+        return _ops.get_item(self, index)
+
+    # ----- methods -------------------------------------------------------------------------
+    def matmul(self, other: Tensor) -> Tensor:
+        """Matrix product, `self @ other`."""
+        return _ops.matmul(self, other)
+
+    def sum(self, axes: int | tuple[int, ...] | None = None) -> Tensor:
+        """Sum over `axes` (all when None)."""
+        return _ops.Summation(axes)(self)
+
+    def reshape(self, shape: tuple[int, ...]) -> Tensor:
+        """The same data in a new shape."""
+        return _ops.Reshape(shape)(self)
+
+    def broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
+        """Broadcast to `shape` by numpy's rules."""
+        return _ops.BroadcastTo(shape)(self)
+
+    def transpose(self, axes: tuple[int, int] | None = None) -> Tensor:
+        """Swap two axes (the last two by default)."""
+        return _ops.Transpose(axes)(self)
+
+    def exp(self) -> Tensor:
+        """Elementwise e**x."""
+        return _ops.Exp()(self)
+
+    def log(self) -> Tensor:
+        """Elementwise natural logarithm."""
+        return _ops.Log()(self)
+
+    def relu(self) -> Tensor:
+        """Elementwise max(x, 0)."""
+        return _ops.ReLU()(self)
+
+
+_make = Tensor.make_from_op
+
+
+class OneHotAdjoint(TensorTuple):
+    """The TensorTuple adjoint TupleGetItem gives (ops.OneHotTuple's output): `element` at
+    `index`, zeros elsewhere. Tuple adjoints are added by picking `element`."""
+
+    __slots__ = ("index", "element")
+
+
+
+
+def constant_like(like: Any, array: Any) -> Any:
+    """`array` as a constant of the kind of `like`: a Tensor beside Tensors (a graph being
+    recorded), the array itself beside arrays (a gradient rule run without a graph)."""
+    return Tensor.make_const(array, device=like.device) if isinstance(like, Value) else array
+
+
+from .. import ops as _ops  # noqa: E402  (the Tensor's operators need the ops: the one cycle)
