@@ -405,6 +405,24 @@ def test_float32_stays_float32(device):
         assert y.dtype == "float32", y.op
 
 
+# ----- the cpu device's sum (behind summation, BatchNorm2d and the bias adjoints) -----------
+@pytest.mark.parametrize("shape,axis,keepdims", [
+    ((300, 14, 16), (0, 1), False), ((300, 14, 16), (0, 1), True), ((5000, 8), 0, False),
+    ((5000, 8), (0,), True), ((40, 60, 3), (1, 0), False), ((40, 60, 3), (-3, -2), False),
+    ((40, 60, 3), (1, 2), False), ((40, 60, 3), None, False), ((4000, 3), 1, False),
+])
+def test_cpu_sum_over_leading_axes_matches_numpy(shape, axis, keepdims):
+    # the cpu device sums many short rows with a matrix-vector product: same results
+    from needle.backends.cpu import _sum
+
+    x = np.random.default_rng(8).random(shape).astype(np.float32)
+    for array in (x, x.astype(np.float64), np.asfortranarray(x)):
+        got = _sum(array, axis=axis, keepdims=keepdims)
+        ref = np.sum(array.astype(np.float64), axis=axis, keepdims=keepdims)
+        assert got.shape == ref.shape and got.dtype == array.dtype
+        np.testing.assert_allclose(got, ref, rtol=1e-5)
+
+
 # ----- the gradient contract: every op's own gradient returns input-shaped adjoints --------
 def shapes(value):
     """A Tensor's shape, or the tuple of a TensorTuple's shapes."""
