@@ -125,15 +125,7 @@ def test_conv_errors_name_the_shapes(device):
         ndl.conv(x, tensor(np.zeros((3, 3, 3, 1)), device), padding=1.5)
 
 
-# ----- pad ------------------------------------------------------------------------------------
-def test_pad_forward_and_gradient(device):
-    a = np.arange(6.0).reshape(2, 3)
-    out = ndl.pad(tensor(a, device), ((1, 0), (2, 1)))
-    np.testing.assert_array_equal(out.numpy(), np.pad(a, ((1, 0), (2, 1))))
-    check_gradients(lambda x: ndl.pad(x, ((0, 2), (1, 1), (3, 0))),
-                    np.random.default_rng(3).standard_normal((2, 3, 2)), device=device)
-
-
+# ----- pad: errors (its forward and gradient are the op table's pad cases) --------------------
 def test_pad_errors(device):
     x = tensor(np.zeros((2, 3)), device)
     with pytest.raises(ValueError, match=r"pad: 1 \(before, after\) pairs for an input of 2"):

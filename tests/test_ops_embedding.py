@@ -14,7 +14,7 @@ import needle.ops.embedding  # noqa: F401  (the module: `needle.ops.embedding` n
 from needle.backends.kernels import scatter_add_rows
 from needle.nn.embedding import Embedding
 from needle.nn.module import Parameter
-from needle.ops.embedding import SegmentSum, embedding, index_add_array, index_tensor
+from needle.ops.embedding import embedding, index_add_array
 from needle.testing import check_gradients
 
 
@@ -113,12 +113,6 @@ def test_gradients_match_finite_differences(device):
         return t.grad
 
     check_gradients(weight_grad, w, device=device)
-
-
-def test_segment_sum_gradient_is_the_lookup(device):
-    idx = index_tensor([[1, 1], [0, 3]], 4, "test", device)
-    values = np.random.default_rng(4).standard_normal((2, 2, 3))
-    check_gradients(lambda v: SegmentSum(4)(v, idx), values, device=device)
 
 
 def test_indices_get_no_gradient(device):
