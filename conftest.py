@@ -65,8 +65,8 @@ def device(request: pytest.FixtureRequest):
         pytest.skip(dev.unavailable_reason())
     if dev.kind == "jax" and dev._xp is None:
         # the suite checks float64 everywhere (gradients by central differences), so it
-        # opts in to jax's 64-bit types as a user would; test_jax_device.py checks the
-        # 32-bit default in a fresh process
+        # opts in to jax's 64-bit types as a user would; tests/test_torch_and_jax_devices.py
+        # checks the 32-bit default in a fresh process
         from needle.backends.jax_device import import_jax
 
         import_jax().config.update("jax_enable_x64", True)

@@ -11,6 +11,7 @@ import pytest
 
 import needle as ndl
 from needle import autograd
+from needle.ops.embedding import index_tensor
 from needle.testing import check_gradients
 
 
@@ -21,6 +22,7 @@ class Case:
     ref: Callable  # the same on numpy arrays
     shapes: list
     positive: bool = False  # draw inputs from [0.5, 2) instead of N(0, 1)
+    exact: bool = False  # the forward equals numpy's to the bit (pure data movement)
     kwargs: dict = field(default_factory=dict)
 
     def inputs(self) -> list[np.ndarray]:
@@ -116,6 +118,21 @@ def np_softmax(a):
 def np_softmax_last(a):
     e = np.exp(a - a.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)
+
+
+def np_causal_softmax(a, temperature):
+    """Softmax of a / temperature over the last axis, keys after their query masked out."""
+    return np_softmax_last(a / temperature - np.triu(np.full(a.shape[-2:], np.inf), 1))
+
+
+def np_add_at(index, values, n):
+    """Rows of `values` summed into n rows at `index` (numpy's unbuffered scatter-add)."""
+    out = np.zeros((n,) + values.shape[np.ndim(index):])
+    np.add.at(out, index, values)
+    return out
+
+
+SEGMENTS = [[1, 1], [0, 3]]
 
 
 def np_scatter(a, index, shape):
@@ -284,6 +301,10 @@ CASES = [
          [(1, 3, 4, 3), (1, 1, 3, 2)]),
     Case("pad", lambda a: ndl.pad(a, ((0, 0), (1, 2), (0, 3))),
          lambda a: np.pad(a, ((0, 0), (1, 2), (0, 3))), [(2, 3, 2)]),
+    Case("pad_2d", lambda a: ndl.pad(a, ((1, 0), (2, 1))), lambda a: np.pad(a, ((1, 0), (2, 1))),
+         [(2, 3)], exact=True),
+    Case("pad_every_axis", lambda a: ndl.pad(a, ((0, 2), (1, 1), (3, 0))),
+         lambda a: np.pad(a, ((0, 2), (1, 1), (3, 0))), [(2, 3, 2)], exact=True),
     Case("im2col", lambda a: ndl.im2col(a, 3, stride=2, padding=1),
          lambda a: np_im2col(a, 3, 2, 1), [(2, 5, 4, 2)]),
     Case("col2im", lambda a: ndl.ops.Col2Im((2, 5, 4, 2), (3, 3), 2, 1)(a),
@@ -296,17 +317,30 @@ CASES = [
          lambda a: np_unfold2d(a, 3, 2).max(0), [(1, 2, 5, 6)]),
     Case("max_pool2d_disjoint", lambda a: ndl.max_pool2d(a, 2),
          lambda a: np_unfold2d(a, 2, 2).max(0), [(1, 2, 5, 4)]),
+    Case("max_pool2d_disjoint_cropped", lambda a: ndl.max_pool2d(a, 2),
+         lambda a: np_unfold2d(a, 2, 2).max(0), [(1, 2, 5, 6)]),
     Case("avg_pool2d", lambda a: ndl.avg_pool2d(a, 3, 1),
          lambda a: np_unfold2d(a, 3, 1).mean(0), [(1, 2, 4, 5)]),
+    Case("avg_pool2d_k3s2", lambda a: ndl.avg_pool2d(a, 3, 2),
+         lambda a: np_unfold2d(a, 3, 2).mean(0), [(1, 2, 5, 6)]),
+    Case("avg_pool2d_disjoint_cropped", lambda a: ndl.avg_pool2d(a, 2),
+         lambda a: np_unfold2d(a, 2, 2).mean(0), [(1, 2, 5, 6)]),
     Case("unfold2d", lambda a: ndl.unfold2d(a, 2, 1), lambda a: np_unfold2d(a, 2, 1),
          [(2, 3, 4)]),
+    Case("unfold2d_k3s2", lambda a: ndl.unfold2d(a, 3, 2), lambda a: np_unfold2d(a, 3, 2),
+         [(2, 5, 6)]),
     Case("fold2d", lambda a: ndl.fold2d(a, 3, 2, (5, 6)),
          lambda a: np_fold2d(a, 3, 2, (5, 6)), [(9, 2, 2, 2)]),
+    Case("fold2d_k2s2", lambda a: ndl.fold2d(a, 2, 2, (5, 4)),
+         lambda a: np_fold2d(a, 2, 2, (5, 4)), [(4, 1, 2, 2)]),
     Case("embedding", lambda w: ndl.embedding(w, [[0, 2], [2, 3], [0, 0]]),
          lambda w: w[np.array([[0, 2], [2, 3], [0, 0]])], [(4, 3)]),
     Case("segment_sum", lambda v: ndl.ops.SegmentSum(4)(
         v, ndl.Tensor(np.array([1, 3, 1]), device=v.device, requires_grad=False)),
          lambda v: np.stack([np.zeros(2), v[0] + v[2], np.zeros(2), v[1]]), [(3, 2)]),
+    Case("segment_sum_2d_index",
+         lambda v: ndl.ops.SegmentSum(4)(v, index_tensor(SEGMENTS, 4, "test", v.device)),
+         lambda v: np_add_at(np.array(SEGMENTS), v, 4), [(2, 2, 3)]),
     Case("softmax_cross_entropy", lambda a: ndl.softmax_cross_entropy(a, labels_on(a)),
          lambda a: np.mean(np_logsumexp(a, 1) - a[np.arange(3), LABELS]), [(3, 4)]),
     Case("softmax_cross_entropy_grad",
@@ -314,6 +348,9 @@ CASES = [
          lambda a, g: g * (np_softmax(a) - np.eye(4)[LABELS]) / 3, [(3, 4), ()]),
     Case("softmax_causal", lambda a: ndl.ops.softmax(a, 2.0, causal=True),
          lambda a: np_softmax_last(a / 2.0 - np.triu(np.full((3, 3), np.inf), 1)), [(2, 3, 3)]),
+    Case("softmax", ndl.ops.softmax, np_softmax_last, [(2, 4, 3)]),
+    Case("softmax_causal_more_queries", lambda a: ndl.ops.softmax(a, 2.5, causal=True),
+         lambda a: np_causal_softmax(a, 2.5), [(2, 4, 3)]),
     Case("softmax_grad", lambda y, g: ndl.ops.SoftmaxGrad(2.0)(y, g),
          lambda y, g: y * (g - (g * y).sum(-1, keepdims=True)) / 2.0, [(3, 4), (3, 4)]),
     Case("affine", ndl.ops.affine, lambda x, w, b: x @ w + b, [(3, 4), (4, 2), (1, 2)]),
@@ -346,7 +383,11 @@ def test_forward_matches_numpy(case: Case, device):
     xs = case.inputs()
     out = case.fn(*[ndl.Tensor(x, device=device, dtype="float64") for x in xs])
     assert out.device == device
-    np.testing.assert_allclose(out.numpy(), case.ref(*xs), rtol=rtol_for(device), atol=1e-12)
+    if case.exact:
+        np.testing.assert_array_equal(out.numpy(), case.ref(*xs))
+    else:
+        np.testing.assert_allclose(out.numpy(), case.ref(*xs), rtol=rtol_for(device),
+                                   atol=1e-12)
     assert out.shape == np.shape(case.ref(*xs))
 
 
@@ -403,6 +444,24 @@ def test_float32_stays_float32(device):
     for y in (x + 1.5, x * 2, x / 3, x**2, -x, ndl.exp(x), x.sum(), ndl.logsumexp(x, 1),
               x @ ndl.transpose(x), ndl.relu(x), ndl.sigmoid(x)):
         assert y.dtype == "float32", y.op
+
+
+# ----- the cpu device's sum (behind summation, BatchNorm2d and the bias adjoints) -----------
+@pytest.mark.parametrize("shape,axis,keepdims", [
+    ((300, 14, 16), (0, 1), False), ((300, 14, 16), (0, 1), True), ((5000, 8), 0, False),
+    ((5000, 8), (0,), True), ((40, 60, 3), (1, 0), False), ((40, 60, 3), (-3, -2), False),
+    ((40, 60, 3), (1, 2), False), ((40, 60, 3), None, False), ((4000, 3), 1, False),
+])
+def test_cpu_sum_over_leading_axes_matches_numpy(shape, axis, keepdims):
+    # the cpu device sums many short rows with a matrix-vector product: same results
+    from needle.backends.cpu import _sum
+
+    x = np.random.default_rng(8).random(shape).astype(np.float32)
+    for array in (x, x.astype(np.float64), np.asfortranarray(x)):
+        got = _sum(array, axis=axis, keepdims=keepdims)
+        ref = np.sum(array.astype(np.float64), axis=axis, keepdims=keepdims)
+        assert got.shape == ref.shape and got.dtype == array.dtype
+        np.testing.assert_allclose(got, ref, rtol=1e-5)
 
 
 # ----- the gradient contract: every op's own gradient returns input-shaped adjoints --------

@@ -1,11 +1,16 @@
-"""One axis normaliser for every op that takes axes: ints, tuples or lists, -ndim..ndim-1."""
+"""Ops that take axes: one axis normaliser for all of them (ints, tuples or lists,
+-ndim..ndim-1, errors naming the op, the axis and the shape), and flip, dilate, undilate and
+stack over every axis combination against numpy and finite differences."""
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 import pytest
 
 import needle as ndl
+from needle.testing import check_gradients
 
 # op name (as its errors say it) -> the op applied to a tensor with some axes
 AXES_OPS = {
@@ -115,3 +120,55 @@ def test_split_axis_is_checked(device):
     assert len(ndl.split(x, -1)) == 4
     with pytest.raises(ValueError, match=r"split: axis 3 is out of range -3..2 for shape"):
         ndl.split(x, 3)
+
+
+# ----- flip, dilate, undilate, stack over every axis combination ---------------------------
+COMBINATION_SHAPE = (2, 3, 2)
+AXIS_SETS = [axes for r in range(1, 4) for axes in itertools.combinations(range(3), r)]
+
+
+def as_tensor(x, device, dtype="float64", requires_grad=True):
+    return ndl.Tensor(x, device=device, dtype=dtype, requires_grad=requires_grad)
+
+
+def np_dilate(a, axes, d):
+    out = np.zeros(tuple(s * (d + 1) if i in axes else s for i, s in enumerate(a.shape)))
+    out[tuple(slice(None, None, d + 1) if i in axes else slice(None)
+              for i in range(a.ndim))] = a
+    return out
+
+
+@pytest.mark.parametrize("axes", AXIS_SETS, ids=str)
+def test_flip_every_axis_combination(axes, device):
+    a = np.random.default_rng(4).standard_normal(COMBINATION_SHAPE)
+    np.testing.assert_array_equal(ndl.flip(as_tensor(a, device), axes).numpy(), np.flip(a, axes))
+    check_gradients(lambda x: ndl.flip(x, axes), a, device=device)
+
+
+@pytest.mark.parametrize("axes", AXIS_SETS, ids=str)
+@pytest.mark.parametrize("d", [0, 1, 2])
+def test_dilate_and_undilate_every_axis_combination(axes, d, device):
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal(COMBINATION_SHAPE)
+    out = ndl.dilate(as_tensor(a, device), axes, d)
+    np.testing.assert_array_equal(out.numpy(), np_dilate(a, axes, d))
+    check_gradients(lambda x: ndl.dilate(x, axes, d), a, device=device)
+    big = rng.standard_normal(tuple(s * (d + 1) if i in axes else s
+                                    for i, s in enumerate(COMBINATION_SHAPE)))
+    back = ndl.undilate(as_tensor(big, device), axes, d).numpy()
+    np.testing.assert_array_equal(back, big[tuple(slice(None, None, d + 1) if i in axes
+                                                  else slice(None) for i in range(3))])
+    check_gradients(lambda x: ndl.undilate(x, axes, d), big, device=device)
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("axis", [0, 1, 2, -1, -3])
+def test_stack_of_up_to_five_tensors_on_any_axis(count, axis, device):
+    rng = np.random.default_rng(count)
+    arrays = [rng.standard_normal((2, 3)) for _ in range(count)]
+    tensors = [as_tensor(a, device) for a in arrays]
+    out = ndl.stack(tensors, axis)
+    np.testing.assert_array_equal(out.numpy(), np.stack(arrays, axis))
+    node_grad = out.op.gradient(as_tensor(np.ones(out.shape), device, requires_grad=False), out)
+    assert isinstance(node_grad, ndl.TensorTuple) and len(node_grad) == count
+    check_gradients(lambda *xs: ndl.stack(list(xs), axis), *arrays, device=device)

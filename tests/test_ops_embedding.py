@@ -1,5 +1,6 @@
-"""Embedding (the lookup op, its segment-sum gradient and the device kernels) and
-clip_grad_norm_, against numpy and PyTorch."""
+"""Embedding: the lookup op, its segment-sum gradient, the device kernels and the layer,
+against numpy and PyTorch. The op table (test_ops.py) checks embedding and segment_sum against
+numpy and finite differences."""
 
 from __future__ import annotations
 
@@ -13,8 +14,7 @@ import needle.ops.embedding  # noqa: F401  (the module: `needle.ops.embedding` n
 from needle.backends.kernels import scatter_add_rows
 from needle.nn.embedding import Embedding
 from needle.nn.module import Parameter
-from needle.nn.utils import clip_grad_norm_
-from needle.ops.embedding import SegmentSum, embedding, index_add_array, index_tensor
+from needle.ops.embedding import embedding, index_add_array
 from needle.testing import check_gradients
 
 
@@ -115,12 +115,6 @@ def test_gradients_match_finite_differences(device):
     check_gradients(weight_grad, w, device=device)
 
 
-def test_segment_sum_gradient_is_the_lookup(device):
-    idx = index_tensor([[1, 1], [0, 3]], 4, "test", device)
-    values = np.random.default_rng(4).standard_normal((2, 2, 3))
-    check_gradients(lambda v: SegmentSum(4)(v, idx), values, device=device)
-
-
 def test_indices_get_no_gradient(device):
     w = tensor(np.ones((3, 2)), device)
     x = tensor([0.0, 2.0], device)  # a float tensor that requires grad: still a constant index
@@ -196,75 +190,3 @@ def test_a_device_with_a_kernel_never_builds_the_one_hot(device, monkeypatch):
     layer(tensor(x, device, "float32", requires_grad=False)).sum().backward()
     np.testing.assert_array_equal(layer.weight.grad.numpy(),
                                   add_at(x, np.ones((40, 20, 8), np.float32), 10000))
-
-
-# ----- clip_grad_norm_ -----------------------------------------------------------------------
-def params_with_grads(device, scale, seed=0):
-    rng = np.random.default_rng(seed)
-    hosts = [rng.standard_normal(s) * scale for s in ((3, 4), (5,), (2, 2, 2))]
-    params = [Parameter(tensor(h, device, "float32")) for h in hosts]
-    for p, h in zip(params, hosts):
-        p.grad = tensor(h * 2, device, "float32", requires_grad=False)
-    return params, [(h * 2).astype(np.float32) for h in hosts]
-
-
-def test_clip_grad_norm_scales_to_max_norm(device):
-    params, grads = params_with_grads(device, 3.0)
-    params.insert(1, Parameter(tensor(np.ones(2), device, "float32")))  # grad None: skipped
-    total = clip_grad_norm_(params, 1.5)
-    ref = np.sqrt(sum(np.sum(g.astype(np.float64) ** 2) for g in grads))
-    assert isinstance(total, ndl.Tensor) and total.shape == ()  # as PyTorch: no host read
-    np.testing.assert_allclose(float(total), ref, rtol=1e-6)
-    clipped = [p.grad.numpy() for p in params if p.grad is not None]
-    for got, g in zip(clipped, grads):
-        np.testing.assert_allclose(got, g * (1.5 / (ref + 1e-6)), rtol=1e-6)
-        assert got.dtype == np.float32
-    np.testing.assert_allclose(np.sqrt(sum(np.sum(c.astype(np.float64) ** 2) for c in clipped)),
-                               1.5, rtol=1e-5)
-    assert params[1].grad is None
-
-
-def test_clip_grad_norm_below_max_changes_nothing(device):
-    params, grads = params_with_grads(device, 0.01)
-    before = [p.grad.numpy() for p in params]
-    total = clip_grad_norm_(params, 10.0)
-    np.testing.assert_allclose(float(total), np.sqrt(sum(np.sum(g ** 2.0) for g in grads)),
-                               rtol=1e-6)
-    for p, b in zip(params, before):  # multiplied by exactly 1 on the device
-        np.testing.assert_array_equal(p.grad.numpy(), b)
-
-
-def test_clip_grad_norm_single_tensor_and_shared_grads(device):
-    w = tensor([3.0, 4.0], device)
-    w.grad = tensor([3.0, 4.0], device, requires_grad=False)
-    assert float(clip_grad_norm_(w, 1.0)) == pytest.approx(5.0)
-    np.testing.assert_allclose(w.grad.numpy(), [0.6, 0.8], rtol=1e-6)
-    # a + b hands both leaves the same gradient tensor: each is scaled once
-    a, b = tensor([3.0], device), tensor([4.0], device)
-    (a + b).backward(tensor([2.0], device, requires_grad=False))
-    assert a.grad is b.grad
-    assert float(clip_grad_norm_([a, b], 1.0)) == pytest.approx(np.sqrt(8.0))
-    np.testing.assert_allclose([a.grad.item(), b.grad.item()], [2 / np.sqrt(8)] * 2, rtol=1e-6)
-    assert float(clip_grad_norm_([tensor([1.0], device)], 1.0)) == 0.0  # no grads at all
-
-
-@pytest.mark.parametrize("norm_type", [2.0, 1.0, 3, float("inf")])
-def test_clip_grad_norm_matches_pytorch(norm_type, device):
-    torch = pytest.importorskip("torch")
-    params, grads = params_with_grads(device, 2.0, seed=1)
-    refs = [torch.zeros(g.shape, requires_grad=True) for g in grads]
-    for r, g in zip(refs, grads):
-        r.grad = torch.tensor(g)
-    total = clip_grad_norm_(params, 0.7, norm_type)
-    ref_total = torch.nn.utils.clip_grad_norm_(refs, 0.7, norm_type)
-    np.testing.assert_allclose(float(total), ref_total.item(), rtol=1e-5)
-    for p, r in zip(params, refs):
-        np.testing.assert_allclose(p.grad.numpy(), r.grad.numpy(), rtol=1e-5, atol=1e-7)
-
-
-def test_optimizer_steps_with_the_clipped_gradient(device):
-    p = Parameter(tensor([1.0, 1.0], device, "float32"))
-    p.grad = tensor([30.0, 40.0], device, "float32", requires_grad=False)
-    clip_grad_norm_([p], 5.0)
-    ndl.optim.SGD([p], lr=0.1).step()
-    np.testing.assert_allclose(p.numpy(), [1 - 0.1 * 3, 1 - 0.1 * 4], rtol=1e-5)

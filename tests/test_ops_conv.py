@@ -1,5 +1,7 @@
-"""Convolution: the op against PyTorch, the fast gathers against the portable one, nn.Conv,
-BatchNorm2d on NCHW, pad, and flip/dilate/undilate/stack over every axis combination."""
+"""Convolution: the op against PyTorch, the fast gathers against the portable one, pad, and the
+layers on NCHW images (nn.Conv, BatchNorm2d). The op table (test_ops.py) checks conv, pad, im2col,
+col2im and taps against numpy and finite differences; flip, dilate, undilate and stack over
+every axis combination are in test_ops_axes.py."""
 
 from __future__ import annotations
 
@@ -123,15 +125,7 @@ def test_conv_errors_name_the_shapes(device):
         ndl.conv(x, tensor(np.zeros((3, 3, 3, 1)), device), padding=1.5)
 
 
-# ----- pad ------------------------------------------------------------------------------------
-def test_pad_forward_and_gradient(device):
-    a = np.arange(6.0).reshape(2, 3)
-    out = ndl.pad(tensor(a, device), ((1, 0), (2, 1)))
-    np.testing.assert_array_equal(out.numpy(), np.pad(a, ((1, 0), (2, 1))))
-    check_gradients(lambda x: ndl.pad(x, ((0, 2), (1, 1), (3, 0))),
-                    np.random.default_rng(3).standard_normal((2, 3, 2)), device=device)
-
-
+# ----- pad: errors (its forward and gradient are the op table's pad cases) --------------------
 def test_pad_errors(device):
     x = tensor(np.zeros((2, 3)), device)
     with pytest.raises(ValueError, match=r"pad: 1 \(before, after\) pairs for an input of 2"):
@@ -140,54 +134,6 @@ def test_pad_errors(device):
         ndl.pad(x, ((0, 0), (-1, 1)))
     with pytest.raises(TypeError, match="pad: axes must be"):
         ndl.pad(x, (1, 2))
-
-
-# ----- flip, dilate, undilate, stack over every axis combination ---------------------------
-SHAPE = (2, 3, 2)
-AXIS_SETS = [axes for r in range(1, 4) for axes in itertools.combinations(range(3), r)]
-
-
-def np_dilate(a, axes, d):
-    out = np.zeros(tuple(s * (d + 1) if i in axes else s for i, s in enumerate(a.shape)))
-    out[tuple(slice(None, None, d + 1) if i in axes else slice(None)
-              for i in range(a.ndim))] = a
-    return out
-
-
-@pytest.mark.parametrize("axes", AXIS_SETS, ids=str)
-def test_flip_every_axis_combination(axes, device):
-    a = np.random.default_rng(4).standard_normal(SHAPE)
-    np.testing.assert_array_equal(ndl.flip(tensor(a, device), axes).numpy(), np.flip(a, axes))
-    check_gradients(lambda x: ndl.flip(x, axes), a, device=device)
-
-
-@pytest.mark.parametrize("axes", AXIS_SETS, ids=str)
-@pytest.mark.parametrize("d", [0, 1, 2])
-def test_dilate_and_undilate_every_axis_combination(axes, d, device):
-    rng = np.random.default_rng(5)
-    a = rng.standard_normal(SHAPE)
-    out = ndl.dilate(tensor(a, device), axes, d)
-    np.testing.assert_array_equal(out.numpy(), np_dilate(a, axes, d))
-    check_gradients(lambda x: ndl.dilate(x, axes, d), a, device=device)
-    big = rng.standard_normal(tuple(s * (d + 1) if i in axes else s
-                                    for i, s in enumerate(SHAPE)))
-    back = ndl.undilate(tensor(big, device), axes, d).numpy()
-    np.testing.assert_array_equal(back, big[tuple(slice(None, None, d + 1) if i in axes
-                                                  else slice(None) for i in range(3))])
-    check_gradients(lambda x: ndl.undilate(x, axes, d), big, device=device)
-
-
-@pytest.mark.parametrize("count", [1, 2, 3, 4, 5])
-@pytest.mark.parametrize("axis", [0, 1, 2, -1, -3])
-def test_stack_of_up_to_five_tensors_on_any_axis(count, axis, device):
-    rng = np.random.default_rng(count)
-    arrays = [rng.standard_normal((2, 3)) for _ in range(count)]
-    tensors = [tensor(a, device) for a in arrays]
-    out = ndl.stack(tensors, axis)
-    np.testing.assert_array_equal(out.numpy(), np.stack(arrays, axis))
-    node_grad = out.op.gradient(tensor(np.ones(out.shape), device, requires_grad=False), out)
-    assert isinstance(node_grad, ndl.TensorTuple) and len(node_grad) == count
-    check_gradients(lambda *xs: ndl.stack(list(xs), axis), *arrays, device=device)
 
 
 # ----- nn.Conv ---------------------------------------------------------------------------------
@@ -295,23 +241,6 @@ def test_one_conv_op_used_twice_keeps_each_nodes_windows_apart(device):
     ref = tensor(b, device)
     ndl.conv(tensor(a1, device), ref, 1, 1).sum().backward()
     np.testing.assert_allclose(w.grad.numpy(), ref.grad.numpy(), atol=1e-12)
-
-
-@pytest.mark.parametrize("shape,axis,keepdims", [
-    ((300, 14, 16), (0, 1), False), ((300, 14, 16), (0, 1), True), ((5000, 8), 0, False),
-    ((5000, 8), (0,), True), ((40, 60, 3), (1, 0), False), ((40, 60, 3), (-3, -2), False),
-    ((40, 60, 3), (1, 2), False), ((40, 60, 3), None, False), ((4000, 3), 1, False),
-])
-def test_cpu_sum_over_leading_axes_matches_numpy(shape, axis, keepdims):
-    # the cpu device sums many short rows with a matrix-vector product: same results
-    from needle.backends.cpu import _sum
-
-    x = np.random.default_rng(8).random(shape).astype(np.float32)
-    for array in (x, x.astype(np.float64), np.asfortranarray(x)):
-        got = _sum(array, axis=axis, keepdims=keepdims)
-        ref = np.sum(array.astype(np.float64), axis=axis, keepdims=keepdims)
-        assert got.shape == ref.shape and got.dtype == array.dtype
-        np.testing.assert_allclose(got, ref, rtol=1e-5)
 
 
 def test_conv_bias_is_added_in_the_node_and_checked(device):
