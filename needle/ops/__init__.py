@@ -2,12 +2,14 @@
 
 from ..backend_ndarray import course_getattr
 from .elementwise import (
-    AddN, AddScalar, DivScalar, EWiseAdd, EWiseDiv, EWiseMul, EWisePow, Exp, Log, MulScalar,
-    Negate, PowerScalar, ReLU, RPowerScalar, ScaleShift, Sigmoid, Tanh, add, add_n, add_scalar,
-    as_scalar, scale_shift,
-    divide, divide_scalar, exp, log, mul_scalar, multiply, negate, power,
-    power_scalar, relu, rpower_scalar, sigmoid, tanh,
+    AddN, EWiseAdd, EWiseDiv, EWiseMul, EWisePow, Negate, ScaleShift, add, add_n, divide,
+    multiply, negate, power, scale_shift,
 )
+from .scalar import (
+    AddScalar, DivScalar, MulScalar, PowerScalar, RPowerScalar, add_scalar, as_scalar,
+    divide_scalar, mul_scalar, power_scalar, rpower_scalar,
+)
+from .unary import Exp, Log, ReLU, Sigmoid, Tanh, exp, log, relu, sigmoid, tanh
 from .dtypes import AsType, astype
 from .conv import Col2Im, Conv, Im2Col, Pad, Taps, conv, im2col, pad
 from .embedding import EmbeddingLookup, SegmentSum, embedding

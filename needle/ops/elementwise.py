@@ -1,8 +1,7 @@
-"""Elementwise ops: arithmetic with tensors and with Python scalars, and unary functions."""
+"""Elementwise arithmetic: with tensors (broadcasting) and with Python scalars."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from ..autograd.graph import Value, array_of
@@ -10,52 +9,11 @@ from ..autograd.tensor import Tensor, TensorOp, constant_like
 from ..backends import device_of, namespace
 from .dtypes import (
     PromotingOp,
-    check_scalar_result,
-    floating_only,
     kind_name,
     promote,
-    scalar_error,
 )
 from .movement import sum_to_shape
-
-
-def as_scalar(value: Any, op: str = "scalar op") -> int | float | bool:
-    """A Python number from a number, a numpy scalar or any one-element array.
-
-    (The arithmetic scalar ops take a bool as the int it equals, True as 1, so it takes a
-    numeric tensor's dtype on every device: strict refuses bools there.)
-
-    Arrays become Python numbers, which every namespace (strict included) accepts and which
-    keep the tensor's dtype; larger arrays raise TypeError (they belong in a Tensor).
-    """
-    kind = type(value)
-    if kind is float or kind is int or kind is bool:
-        return value
-    if isinstance(value, Tensor):
-        raise TypeError(f"{op}: expected a number, got a Tensor (use the elementwise op)")
-    shape = getattr(value, "shape", None)
-    if shape is not None:
-        if math.prod(shape) != 1:
-            raise TypeError(f"{op}: expected a number or a one-element array, got an array of "
-                            f"shape {tuple(shape)}; use a Tensor for an elementwise operand")
-        return _item(value)
-    if isinstance(value, int):  # subclasses of int and float (bool has none)
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    raise TypeError(f"{op}: expected a Tensor or a Python number, got {kind.__name__}")
-
-
-def _item(array: Any) -> int | float | bool | complex:
-    """The Python number in a one-element array of any namespace."""
-    if hasattr(array, "item"):
-        return array.item()
-    xp = array.__array_namespace__()
-    array = xp.reshape(array, ())
-    for kind, cast in (("bool", bool), ("integral", int), ("real floating", float)):
-        if xp.isdtype(array.dtype, kind):
-            return cast(array)
-    return complex(array)
+from .unary import log
 
 
 def unbroadcast(adjoint: Any, x: Any) -> Any:
@@ -175,31 +133,6 @@ def scale_shift(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
     return ScaleShift()(x, w, b)
 
 
-class AddScalar(TensorOp):
-    """a + scalar."""
-
-    def __init__(self, scalar):
-        scalar = as_scalar(scalar, "add_scalar")
-        self.scalar = int(scalar) if scalar.__class__ is bool else scalar  # True: 1
-
-    def compute(self, a):
-        try:
-            out = a + self.scalar
-        except TypeError:  # strict refuses what the others promote
-            raise scalar_error("add_scalar", a, self.scalar) from None
-        if out.dtype is not a.dtype:
-            check_scalar_result("add_scalar", a, self.scalar, out)
-        return out
-
-    def gradient(self, out_grad, node):
-        return out_grad
-
-
-def add_scalar(a: Tensor, scalar) -> Tensor:
-    """a + scalar."""
-    return AddScalar(scalar)(a)
-
-
 class EWiseMul(TensorOp):
     """a * b."""
 
@@ -224,31 +157,6 @@ class EWiseMul(TensorOp):
 def multiply(a: Tensor, b: Tensor) -> Tensor:
     """a * b, broadcasting."""
     return EWiseMul()(a, b)
-
-
-class MulScalar(TensorOp):
-    """a * scalar."""
-
-    def __init__(self, scalar):
-        scalar = as_scalar(scalar, "mul_scalar")
-        self.scalar = int(scalar) if scalar.__class__ is bool else scalar  # True: 1
-
-    def compute(self, a):
-        try:
-            out = a * self.scalar
-        except TypeError:  # strict refuses what the others promote
-            raise scalar_error("mul_scalar", a, self.scalar) from None
-        if out.dtype is not a.dtype:
-            check_scalar_result("mul_scalar", a, self.scalar, out)
-        return out
-
-    def gradient(self, out_grad, node):
-        return out_grad * self.scalar
-
-
-def mul_scalar(a: Tensor, scalar) -> Tensor:
-    """a * scalar."""
-    return MulScalar(scalar)(a)
 
 
 class EWisePow(PromotingOp):
@@ -283,68 +191,6 @@ def power(a: Tensor, b: Tensor) -> Tensor:
     return EWisePow()(a, b)
 
 
-class PowerScalar(TensorOp):
-    """a ** scalar."""
-
-    def __init__(self, scalar):
-        scalar = as_scalar(scalar, "power_scalar")
-        self.scalar = int(scalar) if scalar.__class__ is bool else scalar  # True: 1
-
-    def compute(self, a):
-        try:
-            out = a**self.scalar
-        except TypeError:  # strict refuses what the others promote
-            raise scalar_error("power_scalar", a, self.scalar) from None
-        if out.dtype is not a.dtype:
-            check_scalar_result("power_scalar", a, self.scalar, out)
-        return out
-
-    def gradient(self, out_grad, node):
-        a = node.inputs[0]
-        if self.scalar == 0:
-            return out_grad * 0
-        return out_grad * self.scalar * a ** (self.scalar - 1)
-
-
-def power_scalar(a: Tensor, scalar) -> Tensor:
-    """a ** scalar."""
-    return PowerScalar(scalar)(a)
-
-
-class RPowerScalar(TensorOp):
-    """scalar ** a."""
-
-    def __init__(self, scalar):
-        scalar = as_scalar(scalar, "rpower_scalar")
-        self.scalar = int(scalar) if scalar.__class__ is bool else scalar  # True: 1
-
-    def compute(self, a):
-        try:
-            out = self.scalar**a
-        except TypeError:  # strict refuses what the others promote
-            raise scalar_error("rpower_scalar", a, self.scalar) from None
-        if out.dtype is not a.dtype:
-            check_scalar_result("rpower_scalar", a, self.scalar, out)
-        return out
-
-    def gradient(self, out_grad, node):
-        # d/da c^a = c^a log c. As PyTorch: NaN for c < 0 (no real log); for c == 0, 0 where
-        # a >= 0 (c^a is 0 or 1 there) and -inf where a < 0
-        c = self.scalar
-        if c != 0:
-            return out_grad * node.result * (math.log(c) if c > 0 else math.nan)
-        out = array_of(node.result)
-        xp = namespace(out)
-        log_c = xp.where(array_of(node.inputs[0]) < 0,
-                         xp.full_like(out, -math.inf), xp.zeros_like(out))
-        return out_grad * node.result * constant_like(out_grad, log_c)
-
-
-def rpower_scalar(a: Tensor, scalar) -> Tensor:
-    """scalar ** a, elementwise (`scalar ** tensor`)."""
-    return RPowerScalar(scalar)(a)
-
-
 class EWiseDiv(PromotingOp):
     """a / b (true division: floating tensors)."""
 
@@ -376,31 +222,6 @@ def divide(a: Tensor, b: Tensor) -> Tensor:
     return EWiseDiv()(a, b)
 
 
-class DivScalar(TensorOp):
-    """a / scalar."""
-
-    def __init__(self, scalar):
-        scalar = as_scalar(scalar, "divide_scalar")
-        self.scalar = int(scalar) if scalar.__class__ is bool else scalar  # True: 1
-
-    def compute(self, a):
-        try:
-            out = a / self.scalar
-        except TypeError:  # strict refuses what the others promote
-            raise scalar_error("divide", a, self.scalar) from None
-        if out.dtype is not a.dtype:
-            check_scalar_result("divide", a, self.scalar, out)
-        return out
-
-    def gradient(self, out_grad, node):
-        return out_grad / self.scalar
-
-
-def divide_scalar(a: Tensor, scalar) -> Tensor:
-    """a / scalar."""
-    return DivScalar(scalar)(a)
-
-
 class Negate(TensorOp):
     """-a."""
 
@@ -414,85 +235,3 @@ class Negate(TensorOp):
 def negate(a: Tensor) -> Tensor:
     """-a."""
     return Negate()(a)
-
-
-class Log(TensorOp):
-    """Natural logarithm."""
-
-    def compute(self, a):
-        return floating_only("log", namespace(a).log, a)
-
-    def gradient(self, out_grad, node):
-        return out_grad / node.inputs[0]  # d/da log a = 1/a
-
-
-def log(a: Tensor) -> Tensor:
-    """Elementwise natural logarithm."""
-    return Log()(a)
-
-
-class Exp(TensorOp):
-    """e ** a."""
-
-    def compute(self, a):
-        return floating_only("exp", namespace(a).exp, a)
-
-    def gradient(self, out_grad, node):
-        return out_grad * node.result  # d/da e^a = e^a
-
-
-def exp(a: Tensor) -> Tensor:
-    """Elementwise e ** a."""
-    return Exp()(a)
-
-
-class ReLU(TensorOp):
-    """max(a, 0)."""
-
-    def compute(self, a):
-        return namespace(a).maximum(a, 0)
-
-    def gradient(self, out_grad, node):
-        a = array_of(node.inputs[0])
-        mask = namespace(a).astype(a > 0, a.dtype)  # the derivative, a constant
-        return out_grad * constant_like(out_grad, mask)
-
-
-def relu(a: Tensor) -> Tensor:
-    """Elementwise max(a, 0)."""
-    return ReLU()(a)
-
-
-class Tanh(TensorOp):
-    """Hyperbolic tangent."""
-
-    def compute(self, a):
-        return floating_only("tanh", namespace(a).tanh, a)
-
-    def gradient(self, out_grad, node):
-        return out_grad * (1 - node.result**2)  # d/da tanh a = 1 - tanh^2 a
-
-
-def tanh(a: Tensor) -> Tensor:
-    """Elementwise tanh."""
-    return Tanh()(a)
-
-
-def _sigmoid_formula(x):
-    return (namespace(x).tanh(x * 0.5) + 1) * 0.5
-
-
-class Sigmoid(TensorOp):
-    """1 / (1 + e^-a), computed as (1 + tanh(a/2)) / 2 so it never overflows."""
-
-    def compute(self, a):
-        return floating_only("sigmoid", _sigmoid_formula, a)
-
-    def gradient(self, out_grad, node):
-        y = node.result
-        return out_grad * y * (1 - y)  # s' = s (1 - s)
-
-
-def sigmoid(a: Tensor) -> Tensor:
-    """Elementwise logistic sigmoid."""
-    return Sigmoid()(a)

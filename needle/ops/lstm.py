@@ -12,9 +12,9 @@ from ..autograd.graph import array_of
 from ..autograd.tensor import Tensor, constant_like
 from ..backends import namespace
 from .dtypes import PromotingOp
-from .elementwise import _sigmoid_formula, sigmoid, tanh
 from .movement import get_item, reshape
 from .tuple import stack
+from .unary import _sigmoid_formula, sigmoid, tanh
 
 
 def _hidden(op: str, z, c) -> int:

@@ -8,8 +8,8 @@ from ..autograd.graph import array_of
 from ..autograd.tensor import Tensor, TensorOp, constant_like
 from ..backends import device_of, namespace
 from .axes import freeze_axes, normalize_axes
-from .elementwise import exp
 from .movement import broadcast_to, reshape
+from .unary import exp
 
 
 def mean_factor(n: int) -> float:

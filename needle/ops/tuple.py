@@ -9,7 +9,8 @@ from ..autograd.tensor import OneHotAdjoint, Tensor, TensorOp, TensorTuple, Tens
 from ..backends import namespace
 from .axes import normalize_axis
 from .dtypes import promote
-from .elementwise import as_scalar
+from .elementwise import AddN
+from .scalar import as_scalar
 
 
 def _one_adjoint(adjoint: Any) -> Any:
@@ -103,8 +104,6 @@ def sum_tuple_adjoints(partials: list, node: TensorTuple) -> Any:
     element, zeros left out: TensorTuples while a graph is recorded, else tuples of arrays
     (None: zeros). Each of T `split(x)[t]` contributes a one-hot adjoint, zero but for
     element t: added tuple by tuple that would be T^2 additions, here it is T picks."""
-    from .elementwise import AddN
-
     columns: list[list] = [[] for _ in node._array]
     for partial in partials:
         if partial.__class__ is tuple:

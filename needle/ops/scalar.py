@@ -1,0 +1,187 @@
+"""Elementwise arithmetic of a tensor with a Python scalar: +, *, **, scalar ** tensor, /."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..autograd.graph import array_of
+from ..autograd.tensor import Tensor, TensorOp, constant_like
+from ..backends import namespace
+from .dtypes import check_scalar_result, scalar_error
+
+
+def as_scalar(value: Any, op: str = "scalar op") -> int | float | bool:
+    """A Python number from a number, a numpy scalar or any one-element array.
+
+    (The arithmetic scalar ops take a bool as the int it equals, True as 1, so it takes a
+    numeric tensor's dtype on every device: strict refuses bools there.)
+
+    Arrays become Python numbers, which every namespace (strict included) accepts and which
+    keep the tensor's dtype; larger arrays raise TypeError (they belong in a Tensor).
+    """
+    kind = type(value)
+    if kind is float or kind is int or kind is bool:
+        return value
+    if isinstance(value, Tensor):
+        raise TypeError(f"{op}: expected a number, got a Tensor (use the elementwise op)")
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        if math.prod(shape) != 1:
+            raise TypeError(f"{op}: expected a number or a one-element array, got an array of "
+                            f"shape {tuple(shape)}; use a Tensor for an elementwise operand")
+        return _item(value)
+    if isinstance(value, int):  # subclasses of int and float (bool has none)
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    raise TypeError(f"{op}: expected a Tensor or a Python number, got {kind.__name__}")
+
+
+def _item(array: Any) -> int | float | bool | complex:
+    """The Python number in a one-element array of any namespace."""
+    if hasattr(array, "item"):
+        return array.item()
+    xp = array.__array_namespace__()
+    array = xp.reshape(array, ())
+    for kind, cast in (("bool", bool), ("integral", int), ("real floating", float)):
+        if xp.isdtype(array.dtype, kind):
+            return cast(array)
+    return complex(array)
+
+
+class AddScalar(TensorOp):
+    """a + scalar."""
+
+    def __init__(self, scalar):
+        scalar = as_scalar(scalar, "add_scalar")
+        self.scalar = int(scalar) if scalar.__class__ is bool else scalar  # True: 1
+
+    def compute(self, a):
+        try:
+            out = a + self.scalar
+        except TypeError:  # strict refuses what the others promote
+            raise scalar_error("add_scalar", a, self.scalar) from None
+        if out.dtype is not a.dtype:
+            check_scalar_result("add_scalar", a, self.scalar, out)
+        return out
+
+    def gradient(self, out_grad, node):
+        return out_grad
+
+
+def add_scalar(a: Tensor, scalar) -> Tensor:
+    """a + scalar."""
+    return AddScalar(scalar)(a)
+
+
+class MulScalar(TensorOp):
+    """a * scalar."""
+
+    def __init__(self, scalar):
+        scalar = as_scalar(scalar, "mul_scalar")
+        self.scalar = int(scalar) if scalar.__class__ is bool else scalar  # True: 1
+
+    def compute(self, a):
+        try:
+            out = a * self.scalar
+        except TypeError:  # strict refuses what the others promote
+            raise scalar_error("mul_scalar", a, self.scalar) from None
+        if out.dtype is not a.dtype:
+            check_scalar_result("mul_scalar", a, self.scalar, out)
+        return out
+
+    def gradient(self, out_grad, node):
+        return out_grad * self.scalar
+
+
+def mul_scalar(a: Tensor, scalar) -> Tensor:
+    """a * scalar."""
+    return MulScalar(scalar)(a)
+
+
+class PowerScalar(TensorOp):
+    """a ** scalar."""
+
+    def __init__(self, scalar):
+        scalar = as_scalar(scalar, "power_scalar")
+        self.scalar = int(scalar) if scalar.__class__ is bool else scalar  # True: 1
+
+    def compute(self, a):
+        try:
+            out = a**self.scalar
+        except TypeError:  # strict refuses what the others promote
+            raise scalar_error("power_scalar", a, self.scalar) from None
+        if out.dtype is not a.dtype:
+            check_scalar_result("power_scalar", a, self.scalar, out)
+        return out
+
+    def gradient(self, out_grad, node):
+        a = node.inputs[0]
+        if self.scalar == 0:
+            return out_grad * 0
+        return out_grad * self.scalar * a ** (self.scalar - 1)
+
+
+def power_scalar(a: Tensor, scalar) -> Tensor:
+    """a ** scalar."""
+    return PowerScalar(scalar)(a)
+
+
+class RPowerScalar(TensorOp):
+    """scalar ** a."""
+
+    def __init__(self, scalar):
+        scalar = as_scalar(scalar, "rpower_scalar")
+        self.scalar = int(scalar) if scalar.__class__ is bool else scalar  # True: 1
+
+    def compute(self, a):
+        try:
+            out = self.scalar**a
+        except TypeError:  # strict refuses what the others promote
+            raise scalar_error("rpower_scalar", a, self.scalar) from None
+        if out.dtype is not a.dtype:
+            check_scalar_result("rpower_scalar", a, self.scalar, out)
+        return out
+
+    def gradient(self, out_grad, node):
+        # d/da c^a = c^a log c. As PyTorch: NaN for c < 0 (no real log); for c == 0, 0 where
+        # a >= 0 (c^a is 0 or 1 there) and -inf where a < 0
+        c = self.scalar
+        if c != 0:
+            return out_grad * node.result * (math.log(c) if c > 0 else math.nan)
+        out = array_of(node.result)
+        xp = namespace(out)
+        log_c = xp.where(array_of(node.inputs[0]) < 0,
+                         xp.full_like(out, -math.inf), xp.zeros_like(out))
+        return out_grad * node.result * constant_like(out_grad, log_c)
+
+
+def rpower_scalar(a: Tensor, scalar) -> Tensor:
+    """scalar ** a, elementwise (`scalar ** tensor`)."""
+    return RPowerScalar(scalar)(a)
+
+
+class DivScalar(TensorOp):
+    """a / scalar."""
+
+    def __init__(self, scalar):
+        scalar = as_scalar(scalar, "divide_scalar")
+        self.scalar = int(scalar) if scalar.__class__ is bool else scalar  # True: 1
+
+    def compute(self, a):
+        try:
+            out = a / self.scalar
+        except TypeError:  # strict refuses what the others promote
+            raise scalar_error("divide", a, self.scalar) from None
+        if out.dtype is not a.dtype:
+            check_scalar_result("divide", a, self.scalar, out)
+        return out
+
+    def gradient(self, out_grad, node):
+        return out_grad / self.scalar
+
+
+def divide_scalar(a: Tensor, scalar) -> Tensor:
+    """a / scalar."""
+    return DivScalar(scalar)(a)

@@ -1,0 +1,90 @@
+"""Elementwise functions of one tensor: log, exp, relu, tanh and sigmoid."""
+
+from __future__ import annotations
+
+from ..autograd.graph import array_of
+from ..autograd.tensor import Tensor, TensorOp, constant_like
+from ..backends import namespace
+from .dtypes import floating_only
+
+
+class Log(TensorOp):
+    """Natural logarithm."""
+
+    def compute(self, a):
+        return floating_only("log", namespace(a).log, a)
+
+    def gradient(self, out_grad, node):
+        return out_grad / node.inputs[0]  # d/da log a = 1/a
+
+
+def log(a: Tensor) -> Tensor:
+    """Elementwise natural logarithm."""
+    return Log()(a)
+
+
+class Exp(TensorOp):
+    """e ** a."""
+
+    def compute(self, a):
+        return floating_only("exp", namespace(a).exp, a)
+
+    def gradient(self, out_grad, node):
+        return out_grad * node.result  # d/da e^a = e^a
+
+
+def exp(a: Tensor) -> Tensor:
+    """Elementwise e ** a."""
+    return Exp()(a)
+
+
+class ReLU(TensorOp):
+    """max(a, 0)."""
+
+    def compute(self, a):
+        return namespace(a).maximum(a, 0)
+
+    def gradient(self, out_grad, node):
+        a = array_of(node.inputs[0])
+        mask = namespace(a).astype(a > 0, a.dtype)  # the derivative, a constant
+        return out_grad * constant_like(out_grad, mask)
+
+
+def relu(a: Tensor) -> Tensor:
+    """Elementwise max(a, 0)."""
+    return ReLU()(a)
+
+
+class Tanh(TensorOp):
+    """Hyperbolic tangent."""
+
+    def compute(self, a):
+        return floating_only("tanh", namespace(a).tanh, a)
+
+    def gradient(self, out_grad, node):
+        return out_grad * (1 - node.result**2)  # d/da tanh a = 1 - tanh^2 a
+
+
+def tanh(a: Tensor) -> Tensor:
+    """Elementwise tanh."""
+    return Tanh()(a)
+
+
+def _sigmoid_formula(x):
+    return (namespace(x).tanh(x * 0.5) + 1) * 0.5
+
+
+class Sigmoid(TensorOp):
+    """1 / (1 + e^-a), computed as (1 + tanh(a/2)) / 2 so it never overflows."""
+
+    def compute(self, a):
+        return floating_only("sigmoid", _sigmoid_formula, a)
+
+    def gradient(self, out_grad, node):
+        y = node.result
+        return out_grad * y * (1 - y)  # s' = s (1 - s)
+
+
+def sigmoid(a: Tensor) -> Tensor:
+    """Elementwise logistic sigmoid."""
+    return Sigmoid()(a)
