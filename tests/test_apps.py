@@ -149,3 +149,64 @@ def test_apps_import_standalone():
     out = subprocess.run([sys.executable, "-c", code, str(folder)], check=True,
                          capture_output=True, text=True, cwd="/")
     assert out.stdout.split() == ["MLPResNet", "softmax_loss"]
+
+
+# ----- the one epoch loop ----------------------------------------------------------------
+
+
+def test_lm_windows_carry_the_state_detached(device):
+    """Window 2 starts from window 1's final state, as a constant: its gradients are those of
+    window 2 alone from that state (no path back into window 1), and a new pass starts from
+    no state."""
+    from needle.apps.epoch_loop import LMWindows
+    from needle.apps.models import LanguageModel
+
+    data = np.random.default_rng(4).integers(0, 7, (17, 2)).astype(np.float32)
+    np.random.seed(0)
+    lm = LanguageModel(5, 7, 6, seq_model="lstm", device=device)
+    windows = LMWindows(data, 8, device)
+    assert len(windows) == 2  # rows 0-7 and 8-15, each with the next row as targets
+    batches = iter(windows)
+    (X1, _), (X2, y2) = next(batches), next(batches)
+    assert X1.shape == X2.shape == (8, 2) and y2.shape == (16,)
+    windows.forward(lm, X1)
+    ndl.nn.SoftmaxLoss()(windows.forward(lm, X2), y2).backward()
+    got = [p.grad.numpy() for p in lm.parameters()]
+    # by hand: window 1's final state copied into constants, window 2 run from them
+    with ndl.no_grad():
+        _, (h, c) = lm(X1)
+    state = tuple(ndl.Tensor(t.numpy(), device=device, requires_grad=False) for t in (h, c))
+    for p in lm.parameters():
+        p.grad = None
+    ndl.nn.SoftmaxLoss()(lm(X2, state)[0], y2).backward()
+    for mine, expected in zip(got, (p.grad.numpy() for p in lm.parameters())):
+        np.testing.assert_array_equal(mine, expected)
+    next(iter(windows))
+    assert windows.hidden is None  # a new pass
+
+
+def test_run_epoch_clips_before_each_step(device):
+    """With `clip`, every step sees gradients of global norm at most `clip`."""
+    from needle.apps.epoch_loop import run_epoch
+
+    rng = np.random.default_rng(5)
+    batches = [(ndl.Tensor(rng.standard_normal((4, 3)) * 100, device=device, dtype="float32"),
+                ndl.Tensor(rng.integers(0, 2, 4).astype(np.uint8), device=device,
+                           requires_grad=False)) for _ in range(3)]
+
+    class Recording(ndl.optim.SGD):
+        norms: list[float] = []
+
+        def step(self):
+            self.norms.append(np.sqrt(sum(float((p.grad.numpy().astype(np.float64) ** 2).sum())
+                                          for p in self.params)))
+            super().step()
+
+    np.random.seed(0)
+    model = ndl.nn.Linear(3, 2, device=device)
+    run_epoch(batches, model, ndl.nn.SoftmaxLoss(), Recording(model.parameters(), lr=0.1),
+              clip=0.5)
+    assert len(Recording.norms) == 3 and max(Recording.norms) <= 0.5 * (1 + 1e-5)
+    Recording.norms.clear()
+    run_epoch(batches, model, ndl.nn.SoftmaxLoss(), Recording(model.parameters(), lr=0.1))
+    assert max(Recording.norms) > 0.5  # unclipped, they are larger

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import needle as ndl
-from needle.apps import curves, mlp_resnet, train
+from needle.apps import curves, mlp_resnet, simple_ml, train, train_config
 from needle.data import MNIST_FILES, builtin_mnist_dir
 
 N_TRAIN, N_TEST, BATCH = 120, 60, 40  # three training batches per epoch
@@ -406,11 +406,57 @@ def test_failed_checkpoint_write_exits_1(fast, tmp_path, monkeypatch, capsys):
 # ----- the shared loop, help, running as a module --------------------------------------------
 
 
-def test_one_training_loop_serves_the_course_and_the_cli(monkeypatch):
-    assert train.run_epoch is mlp_resnet.run_epoch
-    seen = []
-    monkeypatch.setattr(mlp_resnet, "run_epoch", lambda *a, **kw: seen.append(a) or (0.5, 1.0))
-    assert mlp_resnet.epoch([], ndl.nn.Identity()) == (0.5, 1.0) and len(seen) == 1
+def test_an_epoch_of_the_cli_is_the_course_loops_epoch(fast, tiny, tmp_path):
+    """One needle-train epoch, redone by hand: same data, seed and recipe, the course's
+    `run_epoch`; the logged numbers and the weights agree to the bit."""
+    ck, log = tmp_path / "ck.npz", tmp_path / "log.csv"
+    assert train.main([*fast, "--epochs", "1", "--checkpoint", str(ck), "--log-csv",
+                       str(log)]) == 0
+    files = ndl.data.find_mnist_files(tiny)
+    images, labels, test_images, test_labels = (files[name] for name in MNIST_FILES)
+    shifts = [ndl.data.transforms.RandomCrop(2)]  # the default --augment 2
+    train_set = ndl.data.MNISTDataset(images, labels, transforms=shifts)
+    test_set = ndl.data.MNISTDataset(test_images, test_labels)
+    ndl.manual_seed(0)  # the default --seed
+    model = mlp_resnet.MLPResNet(784, 8)
+    opt = ndl.optim.Adam(model.parameters(), lr=0.001, weight_decay=0.001)
+    model.train()
+    train_err, train_loss = mlp_resnet.run_epoch(
+        ndl.data.DataLoader(train_set, BATCH, shuffle=True), model, ndl.nn.SoftmaxLoss(), opt,
+        create_graph=False)
+    model.eval()
+    test_err, test_loss = mlp_resnet.run_epoch(ndl.data.DataLoader(test_set, 1000), model,
+                                               ndl.nn.SoftmaxLoss())
+    (row,) = curves.read_csv(log)[1]
+    assert (row["train_loss"], row["train_accuracy"], row["test_loss"],
+            row["test_accuracy"]) == (train_loss, 1 - train_err, test_loss, 1 - test_err)
+    mine = model.state_dict()
+    for key, value in ndl.load(ck)["model"].items():
+        np.testing.assert_array_equal(value.numpy(), mine[key].numpy(), err_msg=key)
+
+
+def test_clip_applies_to_image_models_too(fast, monkeypatch):
+    norms = []
+    clip = ndl.nn.utils.clip_grad_norm_
+    monkeypatch.setattr(ndl.nn.utils, "clip_grad_norm_",
+                        lambda params, max_norm: norms.append(max_norm) or clip(params, max_norm))
+    assert train.main([*fast, "--epochs", "1"]) == 0
+    assert norms == []  # the image models' default: 0, off
+    assert train.main([*fast, "--epochs", "1", "--clip", "0.5"]) == 0
+    assert norms == [0.5] * (N_TRAIN // BATCH)  # before each training step
+
+
+@pytest.mark.parametrize("model, setting, message", [
+    ("lstm", {}, "--distributed trains image models, not lstm"),
+    ("mlp", {"clip": 0.5}, "--clip 0.5 does not go with --distributed"),
+])
+def test_distributed_refuses_language_models_and_clipping(model, setting, message, capsys):
+    # checked with the other settings, before MPI is asked for the ranks
+    cfg = {**train.SETTINGS, **train.MODELS[model], **train.PLACES, "model": model, **setting}
+    train_config.validate(train.build_parser(), cfg, None)  # fine without --distributed
+    with pytest.raises(SystemExit):
+        train_config.validate(train.build_parser(), cfg, None, distributed=True)
+    assert message in capsys.readouterr().err
 
 
 def test_run_epoch_names_the_first_nonfinite_batch(device):
@@ -567,6 +613,33 @@ def test_language_model_trains_checkpoints_and_resumes(model, ptb, tmp_path, cap
     assert a["config"] == {**a["config"], **{k: v for k, v in train.MODELS[model].items()
                                              if k not in given}}
     assert_same_state(a, b)
+
+
+def test_a_language_model_epoch_of_the_cli_is_run_lm_epochs(ptb, tmp_path):
+    """One lstm epoch of needle-train, redone with the course's `run_lm_epoch` (windows of
+    40, the state carried, clipping at 0.25): the logged losses and the weights agree to the
+    bit."""
+    from needle.apps.models import LanguageModel
+    from needle.data.ptb import Corpus, batchify
+
+    ck, log = tmp_path / "ck.npz", tmp_path / "log.csv"
+    assert train.main(["--model", "lstm", "--data-dir", str(ptb), "--hidden-dim", "8",
+                       "--batch-size", "4", "--epochs", "1", "--checkpoint", str(ck),
+                       "--log-csv", str(log), "--quiet"]) == 0
+    corpus = Corpus(ptb)
+    ndl.manual_seed(0)
+    model = LanguageModel(8, len(corpus.dictionary), 8, seq_model="lstm")
+    opt = ndl.optim.SGD(model.parameters(), lr=4.0, weight_decay=0.0, momentum=0.0)
+    model.train()
+    _, train_loss = simple_ml.run_lm_epoch(batchify(corpus.train, 4), model,
+                                           ndl.nn.SoftmaxLoss(), opt, 40, 0.25)
+    model.eval()
+    _, test_loss = simple_ml.run_lm_epoch(batchify(corpus.test, 4), model, ndl.nn.SoftmaxLoss())
+    (row,) = curves.read_csv(log)[1]
+    assert (row["train_loss"], row["test_loss"]) == (train_loss, test_loss)
+    mine = model.state_dict()
+    for key, value in ndl.load(ck)["model"].items():
+        np.testing.assert_array_equal(value.numpy(), mine[key].numpy(), err_msg=key)
 
 
 def test_language_model_usage_errors(ptb, tmp_path, capsys):

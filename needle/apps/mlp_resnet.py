@@ -5,13 +5,11 @@ Absolute imports only, so `from mlp_resnet import *` works with this folder on s
 
 from __future__ import annotations
 
-import contextlib
-import math
-
 import numpy as np
 
 import needle as ndl
 import needle.nn as nn
+from needle.apps.epoch_loop import NonFiniteLoss, run_epoch
 
 __all__ = ["ResidualBlock", "MLPResNet", "epoch", "train_mnist",
            "run_epoch", "NonFiniteLoss"]
@@ -44,69 +42,6 @@ def MLPResNet(dim: int, hidden_dim: int = 100, num_blocks: int = 3, num_classes:
                         dtype=dtype) for _ in range(num_blocks)],
         nn.Linear(hidden_dim, num_classes, device=device, dtype=dtype),
     )
-
-
-class NonFiniteLoss(FloatingPointError):
-    """Raised by `run_epoch(check_finite=True)`: batch `batch` (from 1) had a nan or inf loss."""
-
-    def __init__(self, batch: int, loss: float):
-        super().__init__(f"the loss is {loss} in batch {batch}")
-        self.batch, self.loss = batch, loss
-
-
-def run_epoch(loader, model: nn.Module, loss_fn, opt=None, *, create_graph: bool | None = None,
-              bar=None, check_finite: bool = False, every: int = 10) -> tuple[float, float]:
-    """One pass over `loader` (training when `opt` is given): (error rate, mean loss).
-
-    Errors and the batch-size-weighted loss sum stay on the device (the sum in float64, so it
-    equals a host sum of the float32 batch losses exactly); the host reads them only every
-    `every` batches (for `bar`'s postfix and, with `check_finite`, a NonFiniteLoss naming the
-    first bad batch) and at the end. `create_graph=None` calls the course's `loss.backward()`.
-    """
-    errors = total = None
-    count, recent = 0, []  # recent: (batch number, weighted loss) since the last host read
-    for i, (X, y) in enumerate(loader, start=1):
-        with ndl.no_grad() if opt is None else contextlib.nullcontext():
-            logits = model(X)
-            loss = loss_fn(logits, y)
-        if opt is not None:
-            opt.reset_grad()
-            if create_graph is None:
-                loss.backward()
-            else:
-                loss.backward(create_graph=create_graph)
-            opt.step()
-        xp, n = logits.device.xp, X.shape[0]
-        wrong = xp.sum(xp.astype(xp.argmax(logits._array, axis=1)
-                                 != xp.astype(y._array, xp.int64), xp.int64))
-        part = xp.astype(loss._array, xp.float64) * n
-        errors = wrong if errors is None else errors + wrong
-        total = part if total is None else total + part
-        count += n
-        if check_finite:
-            recent.append((i, part))
-        if i % every == 0 and (bar is not None or check_finite):
-            _host_read(logits.device, total, count, recent, bar, check_finite)
-        if bar is not None:
-            bar.update(1)
-    if count == 0:
-        raise ValueError(f"run_epoch: the loader {loader!r} yielded no batches")
-    device = logits.device
-    _host_read(device, total, count, recent, None, check_finite)
-    return int(device.to_numpy(errors)) / count, float(device.to_numpy(total)) / count
-
-
-def _host_read(device, total, count: int, recent: list, bar, check_finite: bool) -> None:
-    """The periodic host read (through the device, which also raises its deferred checks):
-    bar postfix, then (optionally) the nan/inf check."""
-    mean = float(device.to_numpy(total)) / count
-    if bar is not None:
-        bar.set_postfix(loss=f"{mean:.4f}")
-    if check_finite and not math.isfinite(mean):
-        batch, part = next(((j, p) for j, p in recent if not math.isfinite(float(p))),
-                           recent[-1])
-        raise NonFiniteLoss(batch, float(part))
-    recent.clear()
 
 
 def epoch(dataloader, model: nn.Module, opt=None) -> tuple[float, float]:

@@ -5,15 +5,12 @@ Absolute imports only, so `from simple_ml import *` works with this folder on sy
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 
 import needle as ndl
 import needle.nn as nn
-from needle.apps.mlp_resnet import _host_read, run_epoch
+from needle.apps.epoch_loop import LMWindows, epoch_counts
 from needle.data.mnist import parse_mnist
-from needle.data.ptb import get_batch
 
 __all__ = ["parse_mnist", "softmax_loss", "nn_epoch", "loss_err",
            "epoch_general_cifar10", "train_cifar10", "evaluate_cifar10",
@@ -55,10 +52,10 @@ def loss_err(h: ndl.Tensor, y: np.ndarray) -> tuple[float, float]:
 
 
 class _OnDevice:
-    """The batches of `loader` as (float32 X, y) Tensors on `device`; counts the samples."""
+    """The batches of `loader` as (float32 X, y) Tensors on `device`."""
 
     def __init__(self, loader, device: ndl.Device):
-        self.loader, self.device, self.count = loader, device, 0
+        self.loader, self.device = loader, device
 
     def __iter__(self):
         for X, y in self.loader:
@@ -66,7 +63,6 @@ class _OnDevice:
                 X = ndl.Tensor(X, device=self.device, dtype="float32", requires_grad=False)
             if y.device != self.device:
                 y = ndl.Tensor(y, device=self.device, requires_grad=False)
-            self.count += X.shape[0]
             yield X, y
 
     def __repr__(self) -> str:
@@ -86,9 +82,8 @@ def epoch_general_cifar10(dataloader, model: nn.Module,
     model.train() if opt is not None else model.eval()
     params = model.parameters()
     batches = _OnDevice(dataloader, params[0].device if params else ndl.default_device())
-    err, loss = run_epoch(batches, model, loss_fn, opt)
-    n = batches.count
-    return (n - round(err * n)) / n, loss  # correct / n, as the course counts it
+    wrong, n, loss = epoch_counts(batches, model, loss_fn, opt)
+    return (n - wrong) / n, loss  # correct / n, as the course counts it
 
 
 def train_cifar10(model: nn.Module, dataloader, n_epochs: int = 1,
@@ -119,61 +114,29 @@ def evaluate_cifar10(model: nn.Module, dataloader,
 # ----- hw4: Penn Treebank language models ---------------------------------------------------
 
 
-def _detach(h):
-    """The hidden state cut from the previous batch's graph (both h and c for an LSTM)."""
-    if h is None:
-        return None
-    if isinstance(h, tuple):
-        return tuple(t.detach() for t in h)
-    return h.detach()
-
-
 def run_lm_epoch(data: np.ndarray, model: nn.Module, loss_fn, opt=None, seq_len: int = 40,
                  clip: float | None = None, device: ndl.Device | None = None,
                  dtype: str = "float32", bar=None, every: int = 10) -> tuple[float, float]:
     """One pass of a language model over batchified `data` (nbatch, bs): (accuracy, loss).
 
-    Windows of `seq_len` from `range(0, nbatch - 1, seq_len)`; the hidden state is carried
-    from window to window, detached each time; training when `opt` is given, with gradients
-    clipped to a global norm of `clip`; the loss is averaged over the predicted tokens.
-    The counts and the token-weighted loss sum stay on the device (the sum in float64, equal
-    to a host sum of the float32 window losses); the host reads them every `every` windows
-    and at the end, and a nan or inf loss then raises NonFiniteLoss naming the window (from 1).
+    The one epoch loop (`epoch_loop.epoch_counts`) over `LMWindows(data, seq_len)`: windows
+    from `range(0, nbatch - 1, seq_len)`, the hidden state carried from window to window,
+    detached each time; training when `opt` is given (`backward(create_graph=False)`), with
+    gradients clipped to a global norm of `clip`; the loss is averaged over the predicted
+    tokens. The host reads the device's sums every `every` windows and at the end, and a nan
+    or inf loss then raises NonFiniteLoss naming the window (from 1). `device` defaults to
+    that of the model's first parameter.
     """
-    params = model.parameters()
     if device is None:
+        params = model.parameters()
         device = params[0].device if params else ndl.default_device()
-    xp = device.xp
-    h, correct, total, count, recent = None, None, None, 0, []
-    for window, i in enumerate(range(0, data.shape[0] - 1, seq_len), start=1):
-        X, y = get_batch(data, i, seq_len, device=device, dtype=dtype)
-        with contextlib.nullcontext() if opt is not None else ndl.no_grad():
-            logits, h = model(X, h)
-            loss = loss_fn(logits, y)
-        h = _detach(h)
-        if opt is not None:
-            opt.reset_grad()
-            loss.backward(create_graph=False)
-            if clip:
-                nn.utils.clip_grad_norm_(params, clip)
-            opt.step()
-        n = y.shape[0]
-        right = xp.sum(xp.astype(xp.argmax(logits._array, axis=1)
-                                 == xp.astype(y._array, xp.int64), xp.int64))
-        part = xp.astype(loss._array, xp.float64) * n
-        correct = right if correct is None else correct + right
-        total = part if total is None else total + part
-        count += n
-        recent.append((window, part))
-        if window % every == 0:
-            _host_read(device, total, count, recent, bar, True)
-        if bar is not None:
-            bar.update(1)
-    if count == 0:
+    windows = LMWindows(data, seq_len, device, dtype)
+    if len(windows) == 0:
         raise ValueError(f"run_lm_epoch: data of shape {data.shape} holds no window of "
                          f"seq_len {seq_len}")
-    _host_read(device, total, count, recent, None, True)
-    return int(device.to_numpy(correct)) / count, float(device.to_numpy(total)) / count
+    wrong, count, loss = epoch_counts(windows, model, loss_fn, opt, create_graph=False,
+                                      clip=clip, bar=bar, check_finite=True, every=every)
+    return (count - wrong) / count, loss
 
 
 def epoch_general_ptb(data: np.ndarray, model: nn.Module, seq_len: int = 40,

@@ -10,6 +10,10 @@
     needle-train --device torch:cuda    # PyTorch's GPU (or torch:cpu, torch:mps, jax)
     needle-train --checkpoint run.npz   # saved after every epoch; --resume run.npz continues
 
+This module sets a run up and trains it epoch by epoch; the command line and settings are
+`train_config`'s, the models `train_models`' registry, the data `train_data`'s, the checkpoint
+format `train_checkpoint`'s, and each pass is the one epoch loop, `epoch_loop.run_epoch`.
+
 Exit status: 0 done, 1 the loss became nan/inf or a checkpoint could not be written,
 2 a usage or data error, 130 interrupted (Ctrl-C).
 """
@@ -19,7 +23,6 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,154 +33,27 @@ from tqdm import tqdm
 
 import needle as ndl
 import needle.distributed as dist
-from needle.apps import checks, curves
-from needle.apps.mlp_resnet import MLPResNet, NonFiniteLoss, run_epoch
-from needle.apps.mnist_cnn import MNISTConvNet
-from needle.apps.models import LanguageModel, ResNet9
-from needle.apps.simple_ml import run_lm_epoch
-from needle.backends import Device
-from needle.data import (
-    MNIST_FILES,
-    CIFAR10Dataset,
-    DataLoader,
-    Dataset,
-    MNISTDataset,
-    builtin_mnist_dir,
-    find_mnist_files,
-    transforms,
+from needle.apps import checks, curves, train_checkpoint, train_data
+from needle.apps.epoch_loop import NonFiniteLoss, run_epoch
+from needle.apps.train_config import (
+    DEVICES,
+    MODELS,
+    OPTIMIZERS,
+    PLACES,
+    SETTINGS,
+    build_parser,
+    check_writable,
+    resolve,
+    validate,
 )
-from needle.data.download import DownloadError, cifar10_folder
-from needle.data.ptb import Corpus, batchify, builtin_ptb_corpus
+from needle.apps.train_models import REGISTRY, Model
+from needle.backends import Device
+from needle.data import DataLoader
 from needle.distributed import launch
 
-DEVICES = {"cpu": ndl.cpu, "cuda": ndl.cuda, "strict": ndl.strict, "jax": ndl.jax,
-           **{f"torch:{where}": (lambda w=where: ndl.torch(w)) for where in ("cpu", "cuda", "mps")}}
-OPTIMIZERS = {"adam": ndl.optim.Adam, "sgd": ndl.optim.SGD}
-SCHEDULES = ("cosine", "constant")
-# the settings of a run: stored in its checkpoints; a resumed run must agree (but --epochs)
-SETTINGS: dict[str, Any] = {
-    "model": "mlp", "epochs": 20, "batch_size": 100, "optimizer": "adam", "lr": 0.001,
-    "weight_decay": 0.001, "momentum": 0.0, "hidden_dim": 256, "schedule": "cosine",
-    "augment": 2, "seed": 0, "clip": 0.0,
-}
-# each model's own defaults, over SETTINGS; the data set a model trains on
-MODELS: dict[str, dict[str, Any]] = {
-    "mlp": {},
-    # lr 0.01: the course's conv init draws weights sqrt(6) times wider than PyTorch's, and
-    # with BatchNorm after each conv that only shrinks Adam's relative steps; on the built-in
-    # set seeds 0, 1, 2 reach 98.86%, 98.89%, 98.75% (lr 0.003: 98.63%, 98.67%, 98.53%)
-    "cnn": {"epochs": 15, "lr": 0.01},
-    "resnet9": {"epochs": 10, "augment": 4},
-    # the course's language-model recipe (train_ptb): SGD lr 4 at a constant rate, batch 20,
-    # windows of 40 tokens; plus gradient clipping at norm 0.25, without which it diverges
-    "rnn": {"epochs": 5, "batch_size": 20, "optimizer": "sgd", "lr": 4.0, "weight_decay": 0.0,
-            "hidden_dim": 100, "schedule": "constant", "augment": 0, "clip": 0.25},
-    "lstm": {"epochs": 5, "batch_size": 20, "optimizer": "sgd", "lr": 4.0, "weight_decay": 0.0,
-             "hidden_dim": 100, "schedule": "constant", "augment": 0, "clip": 0.25},
-    # the decoder-only transformer (embedding = feed-forward width = hidden_dim, 8 heads of
-    # 32, one layer) trains with Adam instead
-    "transformer": {"epochs": 5, "batch_size": 20, "optimizer": "adam", "lr": 0.001,
-                    "weight_decay": 0.0, "hidden_dim": 64, "schedule": "cosine", "augment": 0,
-                    "clip": 0.25},
-}
-LANGUAGE_MODELS = ("rnn", "lstm", "transformer")
-LM_SEQ_LEN = 40  # tokens per window (the course's bptt)
-DATASETS = {"mlp": "MNIST", "cnn": "MNIST", "resnet9": "CIFAR-10", "rnn": "PTB", "lstm": "PTB",
-            "transformer": "PTB"}
-# where a run computes and finds its data: stored too, but a resumed run may change them
-PLACES: dict[str, Any] = {"device": "cpu", "data_dir": None}
-
-
-def _flag(key: str) -> str:
-    return "--" + key.replace("_", "-")
-
-
-def _defaults_text(key: str, unused: tuple[str, ...] = ()) -> str:
-    """A setting's default for every model (but the `unused` ones) where they differ, for
-    --help: "100 for mlp, cnn and resnet9; 20 for rnn, lstm and transformer"."""
-    by_value: dict[Any, list[str]] = {}
-    for model, own in MODELS.items():
-        if model not in unused:
-            by_value.setdefault(own.get(key, SETTINGS[key]), []).append(model)
-    if len(by_value) == 1:
-        return str(next(iter(by_value)))
-    return "; ".join(f"{value} for {_and(models)}" for value, models in by_value.items())
-
-
-def _and(words: list[str]) -> str:
-    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The command line of needle-train; settings default to None (filled in by `setup`)."""
-    d = {**SETTINGS, **PLACES}
-    p = argparse.ArgumentParser(
-        prog="needle-train",
-        description="Train one of the course's models and report its test accuracy or "
-                    "held-out perplexity: mlp (MLPResNet, the default) or cnn (a conv net) on "
-                    "MNIST, resnet9 (ResNet9) on CIFAR-10, or the LanguageModel with rnn, "
-                    "lstm or transformer on Penn Treebank. Defaults differ by model: each "
-                    "option lists every model's.",
-        epilog="With --resume, settings left out are the stored run's; settings given must "
-               "agree with it, except --epochs (which may extend the run), --device and "
-               "--data-dir. Exit status: 0 done, 1 nan/inf loss or a failed checkpoint "
-               "write, 2 usage or data error, 130 interrupted.")
-    add = p.add_argument
-    add("--model", choices=sorted(MODELS),
-        help="mlp: the course's MLPResNet on MNIST; cnn: conv-BN-ReLU-pool blocks on MNIST; "
-             "resnet9: the course's ResNet9 on CIFAR-10, which needs --data-dir; rnn, lstm, "
-             "transformer: the course's LanguageModel on the built-in Penn Treebank split "
-             f"(default: {d['model']})")
-    add("--device", choices=sorted(DEVICES), help=f"where to compute (default: {d['device']})")
-    add("--data-dir", type=Path,
-        help="MNIST: folder with the four MNIST files, gzipped or not (default: the built-in "
-             "set); CIFAR-10: the cifar-10-batches-py folder of the python version (required "
-             "but with --download, where it is the folder to download into); "
-             "PTB: a folder with train.txt and test.txt (default: the built-in split)")
-    add("--download", action="store_true",
-        help="CIFAR-10: fetch the python version (md5-checked) into --data-dir, else "
-             "~/.cache/needle, unless it is there already (default: off)")
-    add("--epochs", type=int, help="training epochs in all (default: "
-                                   f"{_defaults_text('epochs')})")
-    add("--batch-size", type=int, help=f"batch size (default: {_defaults_text('batch_size')})")
-    add("--optimizer", choices=sorted(OPTIMIZERS),
-        help=f"the update rule (default: {_defaults_text('optimizer')})")
-    add("--lr", type=float, help=f"learning rate, the peak of the schedule "
-                                 f"(default: {_defaults_text('lr')})")
-    add("--weight-decay", type=float,
-        help=f"L2 weight decay (default: {_defaults_text('weight_decay')})")
-    add("--momentum", type=float, help="SGD momentum in [0, 1), the course's u = m u + (1-m) g;"
-                                       f" sgd only (default: {d['momentum']})")
-    add("--hidden-dim", type=int, help="width of the residual MLP, or the embedding and hidden"
-                                       " size of the language models; not used by cnn and "
-                                       "resnet9 (default: "
-                                       f"{_defaults_text('hidden_dim', ('cnn', 'resnet9'))})")
-    add("--clip", type=float, help="clip the gradients' global norm to this, 0: off (default: "
-                                   f"{_defaults_text('clip')})")
-    add("--schedule", choices=SCHEDULES,
-        help=f"learning rate over the epochs: cosine decay to 0 or constant "
-             f"(default: {_defaults_text('schedule')})")
-    add("--augment", type=int, metavar="PIXELS",
-        help="random shifts of up to PIXELS for training images (CIFAR-10: and random "
-             "horizontal flips), 0: off; image models only (default: "
-             f"{_defaults_text('augment', LANGUAGE_MODELS)})")
-    add("--seed", type=int, help=f"numpy seed for weights, shuffling, dropout and shifts "
-                                 f"(default: {d['seed']})")
-    add("--checkpoint", type=Path, metavar="FILE",
-        help="save the run to FILE (.npz, atomically) after every epoch "
-             "(default: none; with --resume, the resumed file)")
-    add("--resume", type=Path, metavar="FILE",
-        help="continue the run saved in FILE, with its settings (default: none)")
-    add("--stop-after", type=int, metavar="N",
-        help="stop after N epochs of this invocation; needs a checkpoint (default: never)")
-    add("--quiet", action="store_true", help="print only the final summary (default: off)")
-    curves.add_arguments(p)
-    add("--distributed", action="store_true",
-        help="data-parallel over the ranks of `mpiexec -n N needle-train --distributed`, "
-             "image models; --batch-size is the global batch (default: off)")
-    add("--verbose", action="store_true",
-        help="with --distributed, let every rank print, not only rank 0 (default: off)")
-    return p
+# what other code reads from here: the settings' tables, the parser, the loop
+__all__ = ["DEVICES", "MODELS", "PLACES", "SETTINGS", "Run", "TrainingStopped", "build_parser",
+           "main", "run_epoch", "setup", "train"]
 
 
 @dataclass
@@ -200,12 +76,17 @@ class Run:
     saved: tuple[Path, int] | None = None  # the newest checkpoint file and its epoch
     log: curves.EpochLog | None = None  # --log-csv and --plot
 
+    @property
+    def entry(self) -> Model:
+        """The registry's entry of the trained model."""
+        return REGISTRY[self.config["model"]]
+
 
 def setup(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Run:
     """Check the arguments and build the run; every user mistake is a usage error (exit 2)."""
-    stored = _read_checkpoint(parser, args.resume) if args.resume is not None else None
-    config = _resolve(parser, args, stored)
-    _validate(parser, config, args.stop_after)
+    stored = train_checkpoint.read(parser, args.resume) if args.resume is not None else None
+    config = resolve(parser, args, stored)
+    validate(parser, config, args.stop_after, args.distributed)
     curves.check_arguments(parser, args)
     start = stored["epoch"] if stored else 0
     if config["epochs"] < start:
@@ -217,49 +98,52 @@ def setup(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Run:
         parser.error("--stop-after needs --checkpoint FILE: without one nothing is saved to "
                      "continue from")
     if checkpoint is not None:
-        _check_writable(parser, "--checkpoint" if args.checkpoint else "--resume", checkpoint)
+        check_writable(parser, "--checkpoint" if args.checkpoint else "--resume", checkpoint)
     device = DEVICES[config["device"]]()
     if not device.enabled():
         hint = (f" ({args.resume} ran there; pass --device cpu to continue on the cpu)"
                 if stored and args.device is None else "")
         parser.error(f"--device {config['device']}: {device.unavailable_reason()}{hint}")
+    entry = REGISTRY[config["model"]]
     data_config = config
     if args.download:  # the folder fetched into --data-dir (or the cache) is read this time
-        data_config = {**config, "data_dir": _download_cifar10(parser, config, args.quiet)}
-    if config["model"] in LANGUAGE_MODELS:
-        train_data, test_data, vocab = _ptb(parser, config)
-    else:
-        train_set, test_set = _datasets(parser, data_config)
-        train_data = DataLoader(train_set, config["batch_size"], shuffle=True, device=device)
-        test_data, vocab = DataLoader(test_set, 1000, device=device), None
+        data_config = {**config, "data_dir": _download(parser, entry, config, args.quiet)}
+    training, test, vocab = _datasets(parser, data_config, device)
     if args.distributed:
-        train_data, test_data = _shard(parser, config, train_data, test_data)
-    run = Run(config, device, train_data, test_data, *_model(config, device, vocab),
-              checkpoint, args.resume, stop_after=args.stop_after, quiet=args.quiet)
+        training, test = _shard(parser, config, training, test)
+    run = Run(config, device, training, test, *_model(config, device, vocab), checkpoint,
+              args.resume, stop_after=args.stop_after, quiet=args.quiet)
     if stored is not None:
-        try:
-            run.model.load_state_dict(stored["model"])
-            run.opt.load_state_dict(stored["optimizer"])
-            _set_rng_state(stored["rng"], device)
-        except (ValueError, TypeError, KeyError) as e:
-            parser.error(f"--resume: {args.resume} does not fit this model: {e}")
+        train_checkpoint.restore(parser, args.resume, stored, run.model, run.opt, device)
         run.start, run.seconds, run.saved = start, stored["seconds"], (args.resume, start)
     if not (args.distributed and dist.rank() != 0):  # under --distributed rank 0 alone writes
         run.log = curves.EpochLog.from_args(
-            parser, args, language_model=config["model"] in LANGUAGE_MODELS, start=start,
+            parser, args, language_model=entry.kind.language_model, start=start,
             seconds=stored["seconds"] if stored else 0.0,
-            title=f"{_model_name(config)} on {DATASETS[config['model']]}, "
-                  f"device {config['device']}")
+            title=f"{entry.display(config)} on {entry.data.name}, device {config['device']}")
     if args.distributed:  # every rank starts from rank 0's weights and buffers
         run.opt, run.distributed = dist.distributed_optimizer(run.opt, module=run.model), True
     return run
 
 
+def _download(parser: argparse.ArgumentParser, entry: Model, cfg: dict[str, Any],
+              quiet: bool) -> str:
+    """--download: the folder the model's data set was fetched into."""
+    if entry.data.download is None:
+        offers = "; ".join(
+            f"{m.data.name} for --model {name}" for name, m in REGISTRY.items() if m.data.download)
+        parser.error(f"--download fetches {offers}; {entry.data.name} is built in")
+    return train_data.download(parser, entry.data, cfg, quiet)
+
+
+def _datasets(parser: argparse.ArgumentParser, cfg: dict[str, Any], device: Device) -> tuple:
+    """The model's training and test data, and the vocabulary size (None for images)."""
+    return REGISTRY[cfg["model"]].data.read(parser, cfg, device)
+
+
 def _shard(parser: argparse.ArgumentParser, cfg: dict[str, Any], train: DataLoader,
            test: DataLoader) -> tuple[DataLoader, DataLoader]:
-    """This rank's share of the data under --distributed (image models only)."""
-    if cfg["model"] in LANGUAGE_MODELS:
-        parser.error(f"--distributed trains image models, not {cfg['model']}")
+    """This rank's share of the data under --distributed (image models)."""
     problem = launch.check_batch_size(cfg["batch_size"])
     if problem:
         parser.error(problem)
@@ -271,202 +155,11 @@ def _model(cfg: dict[str, Any], device: Device,
     """A fresh model (weights drawn after seeding numpy and every device's generator) and its
     optimizer."""
     ndl.manual_seed(cfg["seed"])
-    if cfg["model"] in LANGUAGE_MODELS:
-        h = cfg["hidden_dim"]
-        model = LanguageModel(h, vocab, h, seq_model=cfg["model"], seq_len=LM_SEQ_LEN,
-                              device=device)
-    elif cfg["model"] == "cnn":
-        model = MNISTConvNet(device=device)
-    elif cfg["model"] == "resnet9":
-        model = ResNet9(device=device)
-    else:
-        model = MLPResNet(784, cfg["hidden_dim"], device=device)
+    model = REGISTRY[cfg["model"]].build(cfg, device, vocab)
     momentum = {"momentum": cfg["momentum"]} if cfg["optimizer"] == "sgd" else {}
     opt = OPTIMIZERS[cfg["optimizer"]](model.parameters(), lr=cfg["lr"],
                                        weight_decay=cfg["weight_decay"], **momentum)
     return model, opt
-
-
-def _read_checkpoint(parser: argparse.ArgumentParser, path: Path) -> dict:
-    """The checkpoint at `path`, checked to be one that needle-train wrote."""
-    try:
-        ck = ndl.load(path)
-    except (OSError, ValueError) as e:
-        parser.error(f"--resume: cannot read the checkpoint {path}: {e}")
-    kinds = {"model": dict, "optimizer": dict, "rng": dict, "config": dict, "epoch": int,
-             "seconds": float}
-    if not isinstance(ck, dict):
-        parser.error(f"--resume: {path} is not a needle-train checkpoint")
-    if isinstance(ck.get("config"), dict):
-        ck["config"].setdefault("model", "mlp")  # written before --model existed
-        ck["config"].setdefault("clip", 0.0)  # and before --clip
-    bad = [k for k, kind in kinds.items() if type(ck.get(k)) is not kind]
-    if not bad:
-        expected = {**{k: (type(v),) for k, v in SETTINGS.items()}, "device": (str,),
-                    "data_dir": (str, type(None))}
-        bad = [f"config[{k!r}]" for k, types in expected.items()
-               if type(ck["config"].get(k, ...)) not in types] or checks.checkpoint_fields(ck)
-    if bad:
-        parser.error(f"--resume: {path} is not a needle-train checkpoint of this version "
-                     f"(missing or malformed: {', '.join(bad)})")
-    return ck
-
-
-def _resolve(parser: argparse.ArgumentParser, args: argparse.Namespace,
-             stored: dict | None) -> dict[str, Any]:
-    """Every setting: given on the command line, else stored in the checkpoint, else default."""
-    config, clashes = {}, []
-    saved = stored["config"] if stored else {}
-    model = args.model or saved.get("model", SETTINGS["model"])
-    if model not in MODELS:  # only a stored value can get here
-        parser.error(f"--model: unknown {model!r}, choose from {sorted(MODELS)}")
-    if args.hidden_dim is not None and model not in ("mlp", *LANGUAGE_MODELS):
-        parser.error(f"--hidden-dim applies to --model mlp, rnn, lstm and transformer only, "
-                     f"not {model}")
-    if args.augment and model in LANGUAGE_MODELS:
-        parser.error(f"--augment applies to image models, not {model}")
-    for key, default in {**SETTINGS, **MODELS[model], **PLACES}.items():
-        given = getattr(args, key)
-        if isinstance(given, Path):
-            given = str(given.resolve())
-        if given is None:
-            config[key] = saved.get(key, default)
-        else:
-            config[key] = given
-            if stored and key in SETTINGS and key != "epochs" and given != saved[key]:
-                clashes.append(f"{_flag(key)} {saved[key]} (this run asks for {given})")
-    if clashes:
-        them = "them" if len(clashes) > 1 else "it"
-        parser.error(f"--resume: {args.resume} was trained with {', '.join(clashes)}; leave "
-                     f"{them} out to continue with the stored settings")
-    return config
-
-
-def _validate(parser: argparse.ArgumentParser, cfg: dict[str, Any],
-              stop_after: int | None) -> None:
-    """Usage errors for values out of range (command-line or stored ones alike)."""
-    counts = {"epochs": cfg["epochs"], "batch_size": cfg["batch_size"],
-              "hidden_dim": cfg["hidden_dim"], "stop_after": stop_after}
-    for key, value in counts.items():
-        if value is not None and value < 1:
-            parser.error(f"{_flag(key)} must be at least 1, got {value}")
-    if cfg["clip"] < 0 or not math.isfinite(cfg["clip"]):
-        parser.error(f"--clip must be a finite number >= 0, got {cfg['clip']}")
-    for key in ("lr", "weight_decay", "momentum"):
-        if not math.isfinite(cfg[key]):
-            parser.error(f"{_flag(key)} must be a finite number, got {cfg[key]}")
-    if not cfg["lr"] > 0:
-        parser.error(f"--lr must be positive, got {cfg['lr']}")
-    if cfg["weight_decay"] < 0:
-        parser.error(f"--weight-decay must be non-negative, got {cfg['weight_decay']}")
-    if not 0 <= cfg["momentum"] < 1:
-        parser.error(f"--momentum must lie in [0, 1), got {cfg['momentum']}")
-    if cfg["momentum"] != 0 and cfg["optimizer"] != "sgd":
-        parser.error(f"--momentum applies to --optimizer sgd only, not {cfg['optimizer']}")
-    if cfg["augment"] < 0:
-        parser.error(f"--augment must be non-negative, got {cfg['augment']}")
-    if not 0 <= cfg["seed"] < 2**32:
-        parser.error(f"--seed must lie in [0, 2**32), got {cfg['seed']}")
-    for key, choices in (("device", DEVICES), ("optimizer", OPTIMIZERS),
-                         ("schedule", SCHEDULES), ("model", MODELS)):
-        if cfg[key] not in choices:  # only a stored value can get here
-            parser.error(f"{_flag(key)}: unknown {cfg[key]!r}, choose from {sorted(choices)}")
-
-
-def _check_writable(parser: argparse.ArgumentParser, flag: str, path: Path) -> None:
-    """Fail now, not after an epoch, when a checkpoint could not be written to `path`."""
-    if path.is_dir():
-        parser.error(f"{flag} {path}: is a folder; name a file, e.g. {path / 'run.npz'}")
-    folder = path.parent
-    if not folder.is_dir():
-        what = "is not a folder" if folder.exists() else "does not exist"
-        parser.error(f"{flag} {path}: cannot save there: {folder} {what}")
-    try:
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as e:
-        parser.error(f"{flag} {path}: cannot write in the folder {folder} ({e.strerror})")
-
-
-def _datasets(parser: argparse.ArgumentParser,
-              cfg: dict[str, Any]) -> tuple[Dataset, Dataset]:
-    """The training set (with the random shifts) and the test set; bad files are usage errors."""
-    if cfg["model"] == "resnet9":
-        return _cifar10(parser, cfg)
-    where = f"--data-dir {cfg['data_dir']}" if cfg["data_dir"] else "the built-in MNIST set"
-    augment = [transforms.RandomCrop(cfg["augment"])] if cfg["augment"] else None
-    try:
-        files = find_mnist_files(cfg["data_dir"] or builtin_mnist_dir())
-        paths = [files[name] for name in MNIST_FILES]
-        sets = (MNISTDataset(paths[0], paths[1], transforms=augment),
-                MNISTDataset(paths[2], paths[3]))
-    except (OSError, ValueError) as e:
-        parser.error(f"{where}: {e}")
-    checks.image_data(parser, where, *sets, cfg["augment"])
-    return sets
-
-
-def _cifar10(parser: argparse.ArgumentParser,
-             cfg: dict[str, Any]) -> tuple[CIFAR10Dataset, CIFAR10Dataset]:
-    """CIFAR-10 from --data-dir (not built in), with random flips and shifts for training."""
-    if not cfg["data_dir"]:
-        parser.error("--model resnet9 trains on CIFAR-10, which is not built in: pass "
-                     "--data-dir DIR, the cifar-10-batches-py folder of the python version "
-                     "(https://www.cs.toronto.edu/~kriz/cifar.html), or --download to fetch it")
-    augment = ([transforms.RandomFlipHorizontal(), transforms.RandomCrop(cfg["augment"])]
-               if cfg["augment"] else None)
-    try:
-        sets = (CIFAR10Dataset(cfg["data_dir"], train=True, transforms=augment),
-                CIFAR10Dataset(cfg["data_dir"], train=False))
-    except (OSError, ValueError) as e:
-        parser.error(f"--data-dir {cfg['data_dir']}: {e}")
-    checks.image_data(parser, f"--data-dir {cfg['data_dir']}", *sets, cfg["augment"])
-    return sets
-
-
-def _download_cifar10(parser: argparse.ArgumentParser, cfg: dict[str, Any],
-                      quiet: bool) -> str:
-    """--download: the CIFAR-10 batch folder in --data-dir (or the cache), fetched there if
-    missing."""
-    if cfg["model"] != "resnet9":
-        parser.error(f"--download fetches CIFAR-10 for --model resnet9; "
-                     f"{DATASETS[cfg['model']]} is built in")
-    try:
-        return str(cifar10_folder(cfg["data_dir"], download=True, progress=not quiet))
-    except (OSError, ValueError, DownloadError) as e:
-        parser.error(f"--download: {e}")
-
-
-def _ptb(parser: argparse.ArgumentParser,
-         cfg: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, int]:
-    """Batchified training and held-out token ids, and the vocabulary size."""
-    where = f"--data-dir {cfg['data_dir']}" if cfg["data_dir"] else "the built-in PTB set"
-    try:
-        corpus = Corpus(cfg["data_dir"]) if cfg["data_dir"] else builtin_ptb_corpus()
-    except (OSError, ValueError) as e:
-        parser.error(f"{where}: {e}")
-    bs = cfg["batch_size"]
-    checks.token_data(parser, where, cfg["data_dir"], corpus, bs)
-    return batchify(corpus.train, bs), batchify(corpus.test, bs), len(corpus.dictionary)
-
-
-def _rng_state(device: ndl.Device) -> dict:
-    """numpy's global state and, where it has its own, the device's training generator's."""
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
-    state = {"keys": keys, "pos": int(pos), "has_gauss": int(has_gauss),
-             "cached_gaussian": float(cached)}
-    device_state = device.rng_state()
-    if device_state is not None:
-        state["device"] = device_state
-    return state
-
-
-def _set_rng_state(state: dict, device: ndl.Device) -> None:
-    np.random.set_state(("MT19937", np.asarray(state["keys"], dtype=np.uint32),
-                         int(state["pos"]), int(state["has_gauss"]),
-                         float(state["cached_gaussian"])))
-    if "device" in state:
-        device.set_rng_state(state["device"])
 
 
 class TrainingStopped(RuntimeError):
@@ -485,16 +178,13 @@ def train(run: Run, progress: dict[str, int] | None = None) -> dict[str, Any]:
 
     `progress["epoch"]` is the epoch under way, for the message after a Ctrl-C.
     """
-    cfg, progress = run.config, {} if progress is None else progress
+    cfg, progress, entry = run.config, {} if progress is None else progress, run.entry
     end = cfg["epochs"] if run.stop_after is None else min(cfg["epochs"],
                                                            run.start + run.stop_after)
     say = (lambda *a: None) if run.quiet else print
-    lm = cfg["model"] in LANGUAGE_MODELS
-    name = _model_name(cfg)
-    sizes = ((run.train_loader.size, run.test_loader.size, "held-out tokens") if lm else
-             (len(run.train_loader.dataset), len(run.test_loader.dataset), "test images"))
-    say(f"needle-train: {name} on {DATASETS[cfg['model']]}, {sizes[0]} training / {sizes[1]} "
-        f"{sizes[2]}, {cfg['optimizer']} lr {cfg['lr']}, device {run.device}"
+    say(f"needle-train: {entry.display(cfg)} on {entry.data.name}, "
+        f"{entry.kind.sizes(run.train_loader, run.test_loader)}, {cfg['optimizer']} lr "
+        f"{cfg['lr']}, device {run.device}"
         + (f", {dist.world_size()} MPI ranks" if run.distributed else "")
         + (f", resuming {run.resume} after epoch {run.start}" if run.resume else ""))
     started = time.perf_counter()
@@ -505,14 +195,7 @@ def train(run: Run, progress: dict[str, int] | None = None) -> dict[str, Any]:
             progress["epoch"] = epoch
             metrics.update(_train_epoch(run, epoch), epoch=epoch,
                            seconds=run.seconds + time.perf_counter() - started)
-            if lm:
-                say(f"epoch {epoch:3d}  train perplexity {math.exp(metrics['train_loss']):.2f}"
-                    f"  held-out perplexity {math.exp(metrics['test_loss']):.2f} (loss "
-                    f"{metrics['test_loss']:.4f})")
-            else:
-                say(f"epoch {epoch:3d}  train err {metrics['train_err']:.4f} loss "
-                    f"{metrics['train_loss']:.4f}  test err {metrics['test_err']:.4f} loss "
-                    f"{metrics['test_loss']:.4f}")
+            say(entry.kind.epoch_line(epoch, metrics))
             if run.log is not None:
                 _write_log(run, epoch, metrics)
             if run.checkpoint is not None:
@@ -520,14 +203,6 @@ def train(run: Run, progress: dict[str, int] | None = None) -> dict[str, Any]:
     if run.log is not None and not run.log.plot_every_epoch:
         _write_log(run, end, None)
     return metrics
-
-
-def _model_name(cfg: dict[str, Any]) -> str:
-    """The trained model in words, for the header line and the figure's title."""
-    h = cfg["hidden_dim"]
-    return {"mlp": f"MLPResNet(hidden {h})", "cnn": "MNISTConvNet", "resnet9": "ResNet9",
-            "rnn": f"LanguageModel(rnn, hidden {h})", "lstm": f"LanguageModel(lstm, hidden {h})",
-            "transformer": f"LanguageModel(transformer, hidden {h})"}[cfg["model"]]
 
 
 def _write_log(run: Run, epoch: int, metrics: dict[str, Any] | None) -> None:
@@ -546,52 +221,45 @@ def _train_epoch(run: Run, epoch: int) -> dict[str, float]:
     """Epoch `epoch` (from 1): a training pass at the scheduled lr, then a test pass."""
     run.opt.lr = _lr_at(run.config, epoch - 1)
     run.model.train()
+    batches = run.entry.kind.batches(run.train_loader, run.device)
     # the bar shows on terminals only (disable=None), never with --quiet
-    lm = run.config["model"] in LANGUAGE_MODELS
-    steps = _windows(run.train_loader) if lm else len(run.train_loader)
-    with tqdm(total=steps, desc=f"epoch {epoch}/{run.config['epochs']}",
+    with tqdm(total=len(batches), desc=f"epoch {epoch}/{run.config['epochs']}",
               leave=False, disable=True if run.quiet else None, file=sys.stderr) as bar:
-        train_err, train_loss = _checked_epoch(run, epoch, "training", bar)
+        train_err, train_loss = _checked_epoch(run, epoch, batches, "training", bar)
     if run.distributed:  # BatchNorm's running statistics: their mean over the ranks
         dist.average_buffers(run.model)
     run.model.eval()
-    test_err, test_loss = _checked_epoch(run, epoch, "test", None)
+    batches = run.entry.kind.batches(run.test_loader, run.device)
+    test_err, test_loss = _checked_epoch(run, epoch, batches, "test", None)
     return {"train_err": train_err, "train_loss": train_loss, "test_err": test_err,
             "test_loss": test_loss}
 
 
-def _checked_epoch(run: Run, epoch: int, phase: str, bar) -> tuple[float, float]:
-    """One training or test pass; a nan/inf loss stops the run (TrainingStopped)."""
-    loader = run.train_loader if phase == "training" else run.test_loader
+def _checked_epoch(run: Run, epoch: int, batches, phase: str, bar) -> tuple[float, float]:
+    """One training or test pass over `batches`: (error rate, mean loss) over every rank's
+    share; a nan/inf loss stops the run (TrainingStopped)."""
     opt = run.opt if phase == "training" else None
     try:
-        if run.config["model"] in LANGUAGE_MODELS:
-            acc, loss = run_lm_epoch(loader, run.model, ndl.nn.SoftmaxLoss(), opt, LM_SEQ_LEN,
-                                     run.config["clip"] or None, run.device, "float32", bar)
-            return 1.0 - acc, loss
-        err, loss = run_epoch(loader, run.model, ndl.nn.SoftmaxLoss(), opt,
-                              create_graph=False, bar=bar, check_finite=True)
-        return launch.reduce_metrics(err, loss, loader) if run.distributed else (err, loss)
+        err, loss = run_epoch(batches, run.model, ndl.nn.SoftmaxLoss(), opt, create_graph=False,
+                              clip=run.config["clip"] or None, bar=bar, check_finite=True)
     except NonFiniteLoss as e:
         raise TrainingStopped(f"the {phase} loss became {e.loss} in epoch {epoch}, batch "
                               f"{e.batch}; stopped ({_last_checkpoint(run)}); a smaller --lr "
                               "may help") from None
+    return launch.reduce_metrics(err, loss, batches) if run.distributed else (err, loss)
 
 
 def _save(run: Run, epoch: int, seconds: float) -> None:
-    """Write the checkpoint after `epoch`: model, optimizer, random state, settings, time.
+    """Write the checkpoint after `epoch` (train_checkpoint's format).
 
     Under --distributed rank 0 alone writes (the ranks agree: buffers were just averaged)."""
-    if run.distributed and dist.rank() != 0:
-        run.saved = (run.checkpoint, epoch)
-        return
-    try:
-        ndl.save({"model": run.model.state_dict(), "optimizer": run.opt.state_dict(),
-                  "epoch": epoch, "rng": _rng_state(run.device), "config": run.config,
-                  "seconds": seconds}, run.checkpoint)
-    except OSError as e:
-        raise TrainingStopped(f"cannot write the checkpoint {run.checkpoint} after epoch "
-                              f"{epoch} ({e}); {_last_checkpoint(run)}") from None
+    if not (run.distributed and dist.rank() != 0):
+        try:
+            train_checkpoint.write(run.checkpoint, run.model, run.opt, epoch, run.device,
+                                   run.config, seconds)
+        except OSError as e:
+            raise TrainingStopped(f"cannot write the checkpoint {run.checkpoint} after epoch "
+                                  f"{epoch} ({e}); {_last_checkpoint(run)}") from None
     run.saved = (run.checkpoint, epoch)
 
 
@@ -605,11 +273,6 @@ def _last_checkpoint(run: Run) -> str:
     return f"no checkpoint written to {run.checkpoint} yet"
 
 
-def _windows(data: np.ndarray) -> int:
-    """How many windows of LM_SEQ_LEN a language-model epoch over `data` takes."""
-    return len(range(0, data.shape[0] - 1, LM_SEQ_LEN))
-
-
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
@@ -620,12 +283,7 @@ def _summary(run: Run, m: dict[str, Any]) -> str:
     if "test_err" not in m:
         return (f"needle-train: nothing to do: {run.resume} already has {m['epoch']} of "
                 f"{_plural(total, 'epoch')} (a larger --epochs extends the run)")
-    if run.config["model"] in LANGUAGE_MODELS:
-        result = f"held-out perplexity {math.exp(m['test_loss']):.2f}"
-        train_result = f"train perplexity {math.exp(m['train_loss']):.2f}"
-    else:
-        result = f"test accuracy {100 * (1 - m['test_err']):.2f}%"
-        train_result = f"train accuracy {100 * (1 - m['train_err']):.2f}%"
+    result, train_result = run.entry.kind.results(m)
     if m["epoch"] < total:
         return (f"stopped after epoch {m['epoch']} of {total} ({result}); continue with "
                 f"--resume {run.checkpoint}")
