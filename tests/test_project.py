@@ -125,3 +125,51 @@ def test_readme_documents_every_needle_train_option():
             assert action.option_strings[-1] in section, action.option_strings
     # the strict device needs array-api-strict, which comes with the test extra
     assert "--device strict" in section and "'.[test]'" in section
+
+
+def _module_imports() -> dict[str, set[str]]:
+    """needle's modules (backends/ as needle.backends) -> the needle modules each imports at
+    module level (imports inside functions are deferred and make no cycle at import time)."""
+    import ast
+
+    files = {}
+    for base, package in ((ROOT / "needle", "needle"), (ROOT / "backends", "needle.backends")):
+        for path in base.rglob("*.py"):
+            parts = [p for p in path.relative_to(base).with_suffix("").parts if p != "__init__"]
+            files[".".join([package] + parts)] = path
+    graph = {}
+    for module, path in files.items():
+        package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+        deps = set()
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ImportFrom):
+                base = package[:len(package) - node.level + 1] if node.level else []
+                name = ".".join(base + ([node.module] if node.module else []))
+                for alias in node.names:
+                    full = f"{name}.{alias.name}"
+                    deps.add(full if full in files else name)
+            elif isinstance(node, ast.Import):
+                deps.update(alias.name for alias in node.names)
+        graph[module] = {d for d in deps if d in files and d != module}
+    return graph
+
+
+def test_the_only_import_cycle_is_the_tensors_operators_needing_ops():
+    graph = _module_imports()
+
+    def reaches(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for dep in graph[todo.pop()]:
+                if dep not in seen:
+                    seen.add(dep)
+                    todo.append(dep)
+        return seen
+
+    in_cycles = {m for m in graph if m in reaches(m)}
+    assert "needle.autograd.tensor" in in_cycles  # its operators need the ops, which need it
+    through_tensor = {m for m in in_cycles if "needle.autograd.tensor" in reaches(m)
+                      and m in reaches("needle.autograd.tensor")}
+    assert in_cycles == through_tensor, sorted(in_cycles - through_tensor)
+    assert all(m == "needle.autograd.tensor" or m.startswith("needle.ops")
+               for m in in_cycles), sorted(in_cycles)
