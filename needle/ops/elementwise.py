@@ -7,6 +7,7 @@ from typing import Any
 
 from ..autograd import Tensor, TensorOp
 from ..backends import device_of, namespace
+from ..kernels import ADD_TO_FRESH
 from .dtypes import (
     PromotingOp,
     check_scalar_result,
@@ -157,7 +158,7 @@ class ScaleShift(PromotingOp):
         check_broadcast("scale_shift", x, w)
         out = x * w
         check_broadcast("scale_shift", out, b)
-        return device_of(out).add_to_fresh(out, b)
+        return ADD_TO_FRESH(out, b)
 
     def gradient(self, out_grad, node):
         x, w, b = node.inputs
