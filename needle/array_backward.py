@@ -22,7 +22,8 @@ from .autograd import (
     check_versions,
     find_topo_sort,
 )
-from .backends import device_of, namespace
+from .backends import namespace
+from .kernels import ADD_TO_FRESH
 
 
 def backward_arrays(output: Value, out_grad: Any) -> None:
@@ -45,7 +46,7 @@ def backward_arrays(output: Value, out_grad: Any) -> None:
         else:
             grad = partials[0] + partials[1]  # AddN's order: left to right
             if len(partials) > 2:
-                add = device_of(grad).add_to_fresh
+                add = ADD_TO_FRESH.on(grad)
                 for p in partials[2:]:
                     grad = add(grad, p)
         node._grad = grad  # an array (or a tuple): `Value.grad` wraps it when read
