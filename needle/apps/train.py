@@ -50,8 +50,7 @@ from needle.data.download import DownloadError, cifar10_folder
 from needle.data.ptb import Corpus, batchify, builtin_ptb_corpus
 from needle.distributed import launch
 
-DEVICES = {"cpu": ndl.cpu, "cuda": ndl.cuda, "strict": ndl.strict, "jax": ndl.jax,
-           **{f"torch:{where}": (lambda w=where: ndl.torch(w)) for where in ("cpu", "cuda", "mps")}}
+DEVICES = ndl.backends.placements()  # "cpu", "cuda", ..., "torch:cuda": from the device table
 OPTIMIZERS = {"adam": ndl.optim.Adam, "sgd": ndl.optim.SGD}
 SCHEDULES = ("cosine", "constant")
 # the settings of a run: stored in its checkpoints; a resumed run must agree (but --epochs)
