@@ -23,6 +23,8 @@ import operator
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Mapping
 
+from .backends import device_of
+
 #: every kernel declared so far, by name (the tests check each against its reference)
 REGISTRY: dict[str, Kernel] = {}
 
@@ -56,8 +58,6 @@ class Kernel:
         """The function this kernel runs for arrays like `a` (to bind once in a loop)."""
         run = self._by_type.get(a.__class__)
         if run is None:
-            from .backends import device_of
-
             run = self._by_type[a.__class__] = self.implementation(device_of(a).kind)
         return run
 

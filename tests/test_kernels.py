@@ -204,7 +204,7 @@ def test_a_resolved_kernel_is_one_lookup_by_array_type(registry, monkeypatch):
     def no_lookup(array):
         raise AssertionError("the device was looked up again")
 
-    monkeypatch.setattr(backends, "device_of", no_lookup)
+    monkeypatch.setattr(kernels, "device_of", no_lookup)
     np.testing.assert_array_equal(kernel(a), -a)
 
 
