@@ -13,12 +13,16 @@ from collections.abc import Generator
 
 import pytest
 
+from needle import backends
+
 # user_properties entry of a test skipped because its device is unavailable
 DEVICE_SKIP = "needle_unavailable_device"
 
-# the devices every run tries (unavailable ones are skipped), and those only --device names
-DEVICE_NAMES = ("cpu", "cuda", "strict", "torch", "jax")
-EXTRA_DEVICE_NAMES = ("torch:cuda", "torch:mps")
+# the devices every run tries (unavailable ones are skipped): each kind of the device table
+# with its default placement; and those only --device names: the kinds' other placements
+DEVICE_NAMES = tuple(backends.DEVICES)
+EXTRA_DEVICE_NAMES = tuple(f"{name}:{place}" for name, kind in backends.DEVICES.items()
+                           for place in kind.places[1:])
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -49,10 +53,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def make_device(name: str):
     """The Device a test name stands for: "torch:cuda" is `backends.torch("cuda")`."""
-    from needle import backends
-
     kind, _, where = name.partition(":")
-    factory = getattr(backends, kind)
+    factory = backends.DEVICES[kind].factory
     return factory(where) if where else factory()
 
 

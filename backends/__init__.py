@@ -5,7 +5,7 @@ Installed as `needle.backends`. Factories return one cached Device per (kind, in
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -18,9 +18,9 @@ from .torch_device import TorchDevice
 
 __all__ = [
     "Device", "CPUDevice", "CUDADevice", "StrictDevice", "TorchDevice", "JaxDevice", "cpu",
-    "cpu_numpy", "cuda", "strict", "torch", "jax",
+    "cpu_numpy", "cuda", "strict", "torch", "jax", "DEVICES", "DeviceKind", "placements",
     "get_device", "default_device", "all_devices", "namespace", "device_of", "host_array",
-    "manual_seed",
+    "is_device_array", "manual_seed",
     "dlpack_home",
 ]
 
@@ -67,19 +67,74 @@ def jax(device: str | None = None) -> Device:
     return _get(JaxDevice, normalize(device))
 
 
-_KINDS: dict[str, type] = {"cpu": CPUDevice, "cuda": CUDADevice, "strict": StrictDevice,
-                           "torch": TorchDevice, "jax": JaxDevice}
-_FACTORIES = {"torch": torch, "jax": jax}
+def _numeric_numpy(obj: Any) -> bool:
+    return cpu().owns(obj)  # numeric numpy arrays and scalars, not str or object arrays
+
+
+def _class_named(name: str) -> Callable[[Any], bool]:
+    return lambda obj: obj.__class__.__name__ == name
+
+
+def _strict_device_of(array: Any) -> Device:
+    import array_api_strict as xs
+
+    for index, name in enumerate(STRICT_DEVICES):
+        if array.device == xs.Device(name):
+            return strict(index)
+    raise TypeError(f"needle has no device for array-api-strict's {array.device}")
+
+
+def _jax_device_of(array: Any) -> Device:
+    """jax() for arrays on jax's default device, else jax("platform:id")."""
+    (native,) = array.devices()
+    default = jax()
+    if default.enabled() and default.native == native:
+        return default
+    return jax(f"{native.platform}:{native.id}")
+
+
+class DeviceKind(NamedTuple):
+    """A row of the device table."""
+
+    factory: Callable[..., Device]  # ndl.<name>(...); with no argument, the default device
+    packages: tuple[str, ...]  # the top-level packages its arrays' types come from
+    is_array: Callable[[Any], bool]  # whether an object of those packages is its array
+    device_of: Callable[[Any], Device]  # the device holding one of its arrays
+    places: tuple[str, ...] = ()  # --device's "name:place" choices; the first, the default
+
+
+#: every kind of device, by name: `ndl.<name>`, all_devices(), device_of, is_device_array,
+#: `needle-train --device` and the tests' device fixture all read it. A new device is a
+#: Device subclass and one row here.
+DEVICES: dict[str, DeviceKind] = {
+    "cpu": DeviceKind(cpu, ("numpy",), _numeric_numpy, lambda a: cpu()),
+    "cuda": DeviceKind(cuda, ("cupy",), _class_named("ndarray"), lambda a: cuda(a.device.id)),
+    "strict": DeviceKind(strict, ("array_api_strict",), _class_named("Array"),
+                         _strict_device_of),
+    "torch": DeviceKind(torch, ("torch",), _class_named("Tensor"),
+                        lambda a: torch(str(a.device)), places=("cpu", "cuda", "mps")),
+    "jax": DeviceKind(jax, ("jax", "jaxlib"), _class_named("ArrayImpl"), _jax_device_of),
+}
+
+
+def placements() -> dict[str, Callable[[], Device]]:
+    """Every device a name on the command line picks: "cpu", "cuda", ..., and "torch:cpu",
+    "torch:cuda", "torch:mps" for a kind with places (with no place, its default)."""
+    named: dict[str, Callable[[], Device]] = {}
+    for name, kind in DEVICES.items():
+        if not kind.places:
+            named[name] = kind.factory
+        for place in kind.places:
+            named[f"{name}:{place}"] = lambda f=kind.factory, p=place: f(p)
+    return named
 
 
 def get_device(kind: str, index: int | str | None = 0) -> Device:
-    """The device of `kind` ("cpu", "cuda", "strict", "torch" or "jax") and `index`; how
-    devices unpickle."""
-    cls = _KINDS.get(kind)
-    if cls is None:
-        raise ValueError(f"unknown device kind {kind!r}; needle has {', '.join(_KINDS)}")
-    factory = _FACTORIES.get(kind)
-    return factory(index) if factory is not None else _get(cls, index)
+    """The device of `kind` (a name in DEVICES) and `index`; how devices unpickle."""
+    row = DEVICES.get(kind)
+    if row is None:
+        raise ValueError(f"unknown device kind {kind!r}; needle has {', '.join(DEVICES)}")
+    return row.factory() if index in (0, None) else row.factory(index)
 
 
 def default_device() -> Device:
@@ -88,8 +143,9 @@ def default_device() -> Device:
 
 
 def all_devices() -> list[Device]:
-    """Every device kind needle knows, enabled on this machine or not."""
-    return [cpu(), cuda(), strict()]
+    """The default device of every kind needle knows (cpu, cuda, strict, torch, jax), enabled
+    on this machine or not (see `enabled()`)."""
+    return [kind.factory() for kind in DEVICES.values()]
 
 
 def manual_seed(seed: int) -> None:
@@ -117,24 +173,34 @@ def namespace(array: Any) -> Any:
     return xp
 
 
+# array type -> its row of DEVICES (None: no device's), filled on first sight of each type
+_KIND_OF_TYPE: dict[type, DeviceKind | None] = {}
+
+
+def _kind_of(cls: type) -> DeviceKind | None:
+    try:
+        return _KIND_OF_TYPE[cls]
+    except KeyError:
+        package = cls.__module__.partition(".")[0]
+        found = next((k for k in DEVICES.values() if package in k.packages), None)
+        _KIND_OF_TYPE[cls] = found
+        return found
+
+
 def device_of(array: Any) -> Device:
     """The needle Device that holds a native array."""
-    module = type(array).__module__
-    if module.startswith("numpy"):
-        return cpu()
-    if module.startswith("cupy"):
-        return cuda(array.device.id)
-    if module.startswith("torch"):
-        return torch(str(array.device))
-    if module.startswith(("jax", "jaxlib")):
-        return _jax_device_of(array)
-    if module.startswith("array_api_strict"):
-        import array_api_strict as xs
+    kind = _KIND_OF_TYPE.get(array.__class__) or _kind_of(array.__class__)
+    if kind is None:
+        raise TypeError(f"needle has no device for arrays of type {type(array).__name__}")
+    return kind.device_of(array)
 
-        for index, name in enumerate(STRICT_DEVICES):
-            if array.device == xs.Device(name):
-                return strict(index)
-    raise TypeError(f"needle has no device for arrays of type {type(array).__name__}")
+
+def is_device_array(obj: Any) -> bool:
+    """True for a native array that some needle device holds; never imports or probes one
+    (numeric numpy arrays and scalars, cupy ndarrays, array-api-strict Arrays, torch Tensors
+    and jax Arrays: decided by the type's package and name)."""
+    kind = _kind_of(obj.__class__)
+    return kind is not None and kind.is_array(obj)
 
 
 def dlpack_home(obj: Any) -> Device:
@@ -151,12 +217,3 @@ def dlpack_home(obj: Any) -> Device:
         return cuda(where[1])
     raise ValueError(f"from_dlpack: needle has no default device for "
                      f"{describe_dlpack_device(where)} memory; pass device=")
-
-
-def _jax_device_of(array: Any) -> Device:
-    """jax() for arrays on jax's default device, else jax("platform:id")."""
-    (native,) = array.devices()
-    default = jax()
-    if default.enabled() and default.native == native:
-        return default
-    return jax(f"{native.platform}:{native.id}")

@@ -8,13 +8,6 @@ from typing import Any
 import numpy as np
 
 from .device import NUMERIC_KINDS, Device
-from .kernels import (
-    adam_in_place,
-    sgd_in_place,
-    softmax_xent,
-    softmax_xent_grad_in_place,
-    strided_im2col,
-)
 
 _ONES: dict[np.dtype, np.ndarray] = {}  # the longest vector of ones used yet, per dtype
 _GEMV_ROWS = 2048  # below this many summed rows the ufunc is as fast
@@ -63,10 +56,6 @@ def _max(x, /, *, axis=None, keepdims=False):
     return np.maximum.reduce(x, axis=axis, keepdims=keepdims)
 
 
-def _read_only_strided(a: np.ndarray, shape: tuple, strides: tuple) -> np.ndarray:
-    return np.lib.stride_tricks.as_strided(a, shape, strides, writeable=False)
-
-
 def numpy_namespace() -> types.ModuleType:
     """array_api_compat.numpy with `sum`, `max`, `reshape` and `matmul` calling numpy directly.
 
@@ -108,48 +97,6 @@ class CPUDevice(Device):
     def _load(self) -> tuple[Any, Any]:
         prime_heap()
         return numpy_namespace(), "cpu"
-
-    def im2col(self, a: np.ndarray, kernel: tuple[int, int], stride: int,
-               padding: int) -> np.ndarray:
-        """The windows as one zero-copy strided view of the padded input, copied once."""
-        return strided_im2col(np.zeros, _read_only_strided, a, kernel, stride, padding)
-
-    in_place_updates = True
-
-    def adam_step(self, param, grad, m, v, **hyper) -> bool:
-        """In place, in L2-sized chunks (numpy's out=): one pass of cache traffic per array."""
-        return adam_in_place(np, param, grad, m, v, **hyper)
-
-    def sgd_step(self, param, grad, u, **hyper) -> bool:
-        """In place, in L2-sized chunks (numpy's out=)."""
-        return sgd_in_place(np, param, grad, u, **hyper)
-
-    def add_to_fresh(self, out, b):
-        """In place when b broadcasts to out's shape with out's dtype: no second array."""
-        if b.__class__ is np.ndarray and b.dtype == out.dtype and (
-                b.shape == out.shape or np.broadcast_shapes(out.shape, b.shape) == out.shape):
-            return np.add(out, b, out=out)
-        return out + b
-
-    def softmax_xent(self, logits, labels):
-        """One fresh (n, k) array (exp in place over the shifted logits) instead of two."""
-        return softmax_xent(np, logits, labels)
-
-    def softmax_xent_grad(self, e, sums, labels, g):
-        """Written over `e`: no fresh (n, k) arrays."""
-        return softmax_xent_grad_in_place(np, e, sums, labels, g)
-
-    def index_add(self, indices: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
-        """Sort the indices (stably, so each row keeps its order of addition) and add each
-        run of equal ones with one `np.add.reduceat` (about 2x faster than np.add.at)."""
-        out = np.zeros((n,) + values.shape[1:], dtype=values.dtype)
-        if indices.shape[0] == 0:
-            return out
-        order = np.argsort(indices, kind="stable")
-        ids = indices[order]
-        starts = np.flatnonzero(np.concatenate(([True], ids[1:] != ids[:-1])))
-        out[ids[starts]] = np.add.reduceat(values[order], starts, axis=0)
-        return out
 
     def owns(self, array: Any) -> bool:
         """Numeric and bool numpy arrays (and scalars) live here; str or object ones do not."""

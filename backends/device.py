@@ -171,48 +171,6 @@ class Device:
         classes = xp.arange(n, dtype=xp.int64, device=self.native)
         return xp.astype(xp.expand_dims(idx, axis=-1) == classes, self.dtype(dtype))
 
-    # ----- optional fast kernels: None means "use the portable version" -------------------
-    def im2col(self, a: Any, kernel: tuple[int, int], stride: int, padding: int) -> Any:
-        """NHWC (N, H, W, C) zero-padded by `padding` -> (N, Ho, Wo, kh*kw*C) windows ordered
-        (i, j, c); None where the device has no kernel of its own (the op's portable gather)."""
-        return None
-
-    def index_add(self, indices: Any, values: Any, n: int) -> Any:
-        """Rows of (m, ...) `values` added into zeros (n, ...) at the int64 (m,) `indices`
-        (repeats accumulate); None where the device has no kernel of its own (the op's
-        portable one-hot matmul)."""
-        return None
-
-    def add_to_fresh(self, out: Any, b: Any) -> Any:
-        """out + b where `out` is a fresh array no one else holds (a matmul's result): the
-        device may add in place."""
-        return out + b
-
-    def softmax_xent(self, logits: Any, labels: Any) -> tuple[Any, Any, Any] | None:
-        """(mean cross-entropy, exp(logits - row max), row sums) of (n, k) `logits` with
-        fewer fresh arrays than the portable op; None where the device has no kernel."""
-        return None
-
-    def softmax_xent_grad(self, e: Any, sums: Any, labels: Any, g: Any) -> Any:
-        """The cross-entropy adjoint g (softmax - onehot) / n, possibly written over `e`
-        (softmax_xent's, which the caller hands over); None where there is no kernel."""
-        return None
-
-    #: whether adam_step and sgd_step update in place (optimizers then own their arrays)
-    in_place_updates: bool = False
-
-    def adam_step(self, param: Any, grad: Any, m: Any, v: Any, *, lr_t: float, beta1: float,
-                  beta2: float, eps_t: float, weight_decay: float) -> bool:
-        """Adam's update of `param`, `m` and `v` in place (optim/adam.py's rule, to the bit);
-        False where the device has no kernel or cannot (the optimizer's portable update)."""
-        return False
-
-    def sgd_step(self, param: Any, grad: Any, u: Any, *, lr: float, momentum: float,
-                 weight_decay: float) -> bool:
-        """SGD's update of `param` and momentum `u` (None: none) in place (optim/sgd.py's
-        rule, to the bit); False where the device has no kernel or cannot."""
-        return False
-
     # ----- random numbers: numpy's global state, so np.random.seed reproduces the course -----
     def rand(self, *shape) -> Any:
         """Uniform [0, 1) float64 draws, `np.random.rand(*shape)`, placed on this device."""

@@ -101,13 +101,6 @@ class JaxDevice(Device):
                                 f"{X64_HINT}, or use {NARROWER[name]}") from None
             raise
 
-    # ----- fast kernels ----------------------------------------------------------------
-    def index_add(self, indices: Any, values: Any, n: int) -> Any:
-        """jax's scatter-add, `zeros.at[indices].add(values)`."""
-        out = self._xp.zeros((n,) + tuple(values.shape[1:]), dtype=values.dtype,
-                             device=self._native)
-        return out.at[indices].add(values)
-
     # ----- random numbers during training --------------------------------------------
     def _new_generator(self, seed: int) -> Any:
         """[key]: a jax PRNG key on this device, replaced by its successor at every draw."""

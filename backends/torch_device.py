@@ -86,13 +86,6 @@ class TorchDevice(Device):
         """torch dtypes do not compare equal to strings: report the numpy dtype of that name."""
         return self._public[native]
 
-    # ----- fast kernels ----------------------------------------------------------------
-    def index_add(self, indices: Any, values: Any, n: int) -> Any:
-        """torch's index_add_ (a scatter-add kernel) into zeros (n, ...)."""
-        out = self._torch.zeros((n,) + tuple(values.shape[1:]), dtype=values.dtype,
-                                device=values.device)
-        return out.index_add_(0, indices, values)
-
     # ----- random numbers during training --------------------------------------------
     def _new_generator(self, seed: int) -> Any:
         """A torch.Generator of this torch device (torch.manual_seed leaves it alone)."""

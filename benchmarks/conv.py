@@ -24,6 +24,8 @@ import numpy as np
 from harness import fresh_process_rounds, timed_steps
 
 import needle as ndl
+from needle.kernels import reference_only
+from needle.ops.conv import IM2COL
 
 # (C_in, C_out, kernel, stride, input H=W) of ResNet9's conv layers on 32x32 images
 LAYERS = [(3, 16, 7, 4, 32), (16, 32, 3, 2, 8), (32, 32, 3, 1, 4), (32, 64, 3, 2, 4),
@@ -35,8 +37,8 @@ BATCH = 128
 
 
 def use_portable_gather() -> None:
-    """Make the cpu device fall back to the portable gather (for the comparison)."""
-    ndl.cpu().im2col = lambda a, kernel, stride, padding: None
+    """Make the cpu run the portable gather (IM2COL's reference) from now on, in this process."""
+    reference_only(IM2COL).__enter__()
 
 
 # ----- single layers -----------------------------------------------------------------------
@@ -172,13 +174,10 @@ def main() -> None:
     for shape in LAYERS:
         fast = needle_layer(*shape)
         ms = median_ms({"needle": fast, "pytorch": torch_layer(*shape)}, args.layer_rounds)
-        saved = ndl.cpu().im2col
-        use_portable_gather()
-        ms["portable"] = median_ms({"p": needle_layer(*shape)}, args.layer_rounds)["p"]
-        ndl.cpu().im2col = saved
+        with reference_only(IM2COL):
+            ms["portable"] = median_ms({"p": needle_layer(*shape)}, args.layer_rounds)["p"]
         print(f"{str(shape):34s} {ms['needle']:8.2f} {ms['portable']:9.2f} "
               f"{ms['pytorch']:8.2f} {ms['needle'] / ms['pytorch']:6.2f}")
-    del ndl.cpu().__dict__["im2col"]
 
     print(f"\nResNet9 training step, batch {BATCH}, SGD ({args.rounds} rounds of "
           f"{args.steps} steps, each framework in a fresh process):")

@@ -15,18 +15,7 @@ from .autograd import (
     set_grad_enabled,
 )
 from .backend_ndarray import course_getattr as _course_getattr
-from .backends import (
-    Device,
-    all_devices,
-    cpu,
-    cpu_numpy,
-    cuda,
-    default_device,
-    jax,
-    manual_seed,
-    strict,
-    torch,
-)
+from .backends import DEVICES, Device, all_devices, cpu_numpy, default_device, manual_seed
 from .serialization import load, load_safetensors, save, save_safetensors
 from .interop import from_dlpack
 from .init import ones, ones_like, zeros, zeros_like
@@ -38,12 +27,15 @@ __all__ = [
     "autograd", "backends", "data", "distributed", "init", "nn", "ops", "optim", "viz",
     "Op", "Tensor", "TensorOp", "TensorTuple", "TensorTupleOp", "Value", "is_grad_enabled",
     "no_grad", "enable_grad", "set_grad_enabled",
-    "Device", "all_devices", "cpu", "cpu_numpy", "cuda", "default_device", "strict", "torch",
-    "jax", "manual_seed",
+    "Device", "all_devices", "cpu_numpy", "default_device", *DEVICES, "manual_seed",
     "load", "save", "load_safetensors", "save_safetensors", "from_dlpack",
     "ones", "ones_like", "zeros", "zeros_like",
 ]
 __all__ += ops.__all__
+
+# ndl.cpu(), ndl.cuda(), ndl.strict(), ndl.torch(), ndl.jax(): the factory of every row of
+# the device table (backends.DEVICES)
+globals().update({name: kind.factory for name, kind in DEVICES.items()})
 
 # the course's `array_api` and `NDArray`, resolved on first use (see needle/backend_ndarray.py)
 __getattr__ = _course_getattr(__name__)

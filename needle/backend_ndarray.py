@@ -25,35 +25,13 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from .backends import Device, cpu, cpu_numpy, cuda, default_device, device_of
+from .backends import Device, cpu, cpu_numpy, cuda, default_device, device_of, is_device_array
 
 # array_api is given by __getattr__ below
 __all__ = ["array_api", "NDArray", "array", "cpu", "cpu_numpy", "cuda",  # noqa: F822
            "default_device"]
 
 COURSE_NAMES = ("array_api", "NDArray")
-
-
-def is_device_array(obj: Any) -> bool:
-    """True for a native array that some needle device holds; never imports or probes one.
-
-    Decided by the type's module, as `backends.device_of` does: numeric numpy arrays and
-    scalars (what cpu tensors hold), cupy ndarrays, array-api-strict Arrays, torch Tensors
-    and jax Arrays.
-    """
-    cls = type(obj)
-    package = cls.__module__.partition(".")[0]
-    if package == "numpy":
-        return cpu().owns(obj)
-    if package == "cupy":
-        return cls.__name__ == "ndarray"
-    if package == "array_api_strict":
-        return cls.__name__ == "Array"
-    if package == "torch":
-        return cls.__name__ == "Tensor"
-    if package in ("jax", "jaxlib"):
-        return cls.__name__ == "ArrayImpl"
-    return False
 
 
 class _AnyDeviceArray(type):

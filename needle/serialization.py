@@ -3,7 +3,7 @@ ndl.save_safetensors / ndl.load_safetensors: flat weights in the safetensors for
 
 The structure becomes a JSON manifest (a tree of typed nodes) and every array a member of
 the archive, named by its path in the structure (e.g. "model/modules.0.weight"). Writing
-and reading the archive of host arrays is `backends/checkpoint.py`'s job; this file knows
+and reading the archive of host arrays is `needle/archive.py`'s job; this file knows
 Tensors and containers. Files are pickle-free: `np.load(path, allow_pickle=False)` reads
 them. Structures nest at most `MAX_DEPTH` containers deep, on save and on load.
 """
@@ -14,10 +14,10 @@ import json
 import os
 from typing import Any
 
+from .archive import MANIFEST, host_kind, read_archive, write_archive
 from .autograd import Tensor
 from .backends import Device, cpu
-from .backends.checkpoint import MANIFEST, host_kind, read_archive, write_archive
-from .backends.safetensors_format import read_safetensors, write_safetensors
+from .safetensors_format import read_safetensors, write_safetensors
 
 FORMAT = "needle-checkpoint"
 VERSION = 1

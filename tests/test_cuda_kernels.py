@@ -1,4 +1,4 @@
-"""cupy kernels of the cuda device against their numpy references (backends/kernels.py).
+"""The cuda device's random numbers against their numpy reference (backends/splitmix.py).
 
 The references run everywhere; the comparisons need cupy and a GPU and are skipped, with the
 reason, elsewhere.
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import needle as ndl
-from needle.backends.kernels import splitmix_uniform
+from needle.backends.splitmix import splitmix_uniform
 
 
 @pytest.fixture

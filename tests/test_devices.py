@@ -26,7 +26,7 @@ def test_names_and_identity():
     assert ndl.cuda(0) == CUDADevice(0) and hash(ndl.cuda(0)) == hash(CUDADevice(0))
     assert len({ndl.cpu(), ndl.cpu(), ndl.cuda(), ndl.strict()}) == 3
     assert ndl.default_device() == ndl.cpu()
-    assert ndl.all_devices() == [ndl.cpu(), ndl.cuda(), ndl.strict()]
+    assert ndl.all_devices() == [ndl.cpu(), ndl.cuda(), ndl.strict(), ndl.torch(), ndl.jax()]
 
 
 def test_namespace_is_resolved_once_per_device(device):

@@ -16,8 +16,8 @@ import pytest
 
 import needle as ndl
 import needle.distributed as dist
-from needle.backends.mpi_buffers import HostStaging
 from needle.distributed import comm
+from needle.distributed.mpi_buffers import HostStaging
 
 HERE = Path(__file__).resolve().parent
 HAVE_MPI4PY = importlib.util.find_spec("mpi4py") is not None

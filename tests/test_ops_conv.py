@@ -13,7 +13,7 @@ import pytest
 
 import needle as ndl
 from needle import nn
-from needle.ops.conv import im2col_array
+from needle.ops.conv import IM2COL, im2col_array
 from needle.testing import check_gradients
 
 
@@ -94,7 +94,7 @@ def test_device_gather_agrees_with_the_portable_one(shape, kernel, stride, paddi
 def test_the_shared_strided_gather_with_cupys_call_signature_on_numpy():
     # cuda's gather is this function with cupy's zeros and as_strided (shape and strides
     # positional, no `writeable`): its logic, run here on numpy
-    from needle.backends.kernels import strided_im2col
+    from needle.backends.im2col import strided_im2col
 
     a = np.random.default_rng(9).standard_normal((2, 7, 6, 3))
     for kernel, stride, padding in [((3, 3), 1, 1), ((5, 5), 2, 2), ((2, 3), 3, 0)]:
@@ -102,13 +102,14 @@ def test_the_shared_strided_gather_with_cupys_call_signature_on_numpy():
             x, shape, strides), a, kernel, stride, padding)
         np.testing.assert_array_equal(got, im2col_array(a, kernel, stride, padding,
                                                         portable=True))
-    assert ndl.backends.CUDADevice.im2col is not ndl.backends.Device.im2col
+    assert IM2COL.fast["cuda"] == "needle.backends.im2col:im2col_cuda"
 
 
-def test_cpu_has_a_fast_gather_and_the_base_device_none():
+def test_cpu_has_a_fast_gather_and_strict_the_portable_one():
     a = np.zeros((1, 4, 4, 1))
-    assert ndl.cpu().im2col(a, (3, 3), 1, 1).shape == (1, 4, 4, 9)
-    assert ndl.backends.Device.im2col(ndl.cpu(), a, (3, 3), 1, 1) is None
+    assert IM2COL.implementation("cpu")(a, (3, 3), 1, 1).shape == (1, 4, 4, 9)
+    assert IM2COL.implementation("cpu") is not IM2COL.reference
+    assert IM2COL.implementation("strict") is IM2COL.reference
 
 
 def test_conv_errors_name_the_shapes(device):

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
 import needle as ndl
 from needle import nn, optim
+from needle.kernels import reference_only
+from needle.optim.adam import ADAM, adam_portable
+from needle.optim.sgd import SGD_STEP, sgd_portable
 
 SHAPES = [(3, 2), (4,)]
 
@@ -196,21 +201,15 @@ RULES = {
 
 
 def spy_updates(opt) -> list[int]:
-    """Record the size of the array each update gets (one per group): `_update`, or the
-    device's in-place kernel through `_update_in_place` (cpu), whichever ran."""
-    sizes, update, in_place = [], opt._update, opt._update_in_place
+    """Record the size of the array each update gets (one per group), whether the device's
+    kernel updates in place (cpu) or not."""
+    sizes, update = [], opt._update
 
     def recording(param, grad, state):
         sizes.append(int(np.prod(param.shape)))
         return update(param, grad, state)
 
-    def recording_in_place(device, param, grad, state):
-        result = in_place(device, param, grad, state)
-        if result is not None:
-            sizes.append(int(np.prod(param.shape)))
-        return result
-
-    opt._update, opt._update_in_place = recording, recording_in_place
+    opt._update = recording
     return sizes
 
 
@@ -299,24 +298,28 @@ IN_PLACE_RULES = {
 CHUNKED = [(3, 2), (300, 500), (4,), (5,)]
 
 
+def has_in_place_kernels(device) -> bool:
+    """Whether the device's optimizer kernels update in place (cpu, cuda)."""
+    return device.kind in ADAM.fast and device.kind in SGD_STEP.fast
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("rule", IN_PLACE_RULES)
-def test_in_place_kernels_give_the_portable_rules_numbers_to_the_bit(rule, dtype, device,
-                                                                    monkeypatch):
+def test_in_place_kernels_give_the_portable_rules_numbers_to_the_bit(rule, dtype, device):
     # the cpu's chunked numpy kernels and cuda's one-kernel updates (compiled without
     # contracted multiply-adds) against the portable rule on the same device
-    from needle.backends.kernels import CHUNK
+    from needle.backends.optimizer_updates import CHUNK
 
     assert 2 * CHUNK < 300 * 500 < 3 * CHUNK  # whole chunks and a partial one (cpu)
-    if not device.in_place_updates:
+    if not has_in_place_kernels(device):
         pytest.skip(f"{device} updates with the portable rule only")
     cpu = device
     results = []
-    for in_place in (True, False):
-        monkeypatch.setattr(type(cpu), "in_place_updates", in_place)
-        params = params_on(cpu, dtype, shapes=CHUNKED)
-        opt = IN_PLACE_RULES[rule](params)
-        run(opt, params, cpu, steps=3, dtype=dtype)
+    for portable in (False, True):
+        with reference_only(ADAM, SGD_STEP) if portable else contextlib.nullcontext():
+            params = params_on(cpu, dtype, shapes=CHUNKED)
+            opt = IN_PLACE_RULES[rule](params)
+            run(opt, params, cpu, steps=3, dtype=dtype)
         results.append([p.numpy() for p in params] +
                        [cpu.to_numpy(a) for s in opt.state.values() for a in s.values()])
     assert len(results[0]) == len(results[1])
@@ -326,7 +329,7 @@ def test_in_place_kernels_give_the_portable_rules_numbers_to_the_bit(rule, dtype
 
 @pytest.mark.parametrize("rule", IN_PLACE_RULES)
 def test_in_place_updates_touch_only_the_optimizers_own_arrays(rule, device):
-    if not device.in_place_updates:
+    if not has_in_place_kernels(device):
         pytest.skip(f"{device} updates with the portable rule only")
     cpu = device
     params = params_on(cpu, shapes=CHUNKED)
@@ -349,18 +352,26 @@ def test_in_place_updates_touch_only_the_optimizers_own_arrays(rule, device):
     assert params[1]._array is big  # from the second step on: in place, no new array
 
 
-def test_in_place_kernel_declines_arrays_it_cannot_update():
-    from needle.backends.kernels import adam_in_place, sgd_in_place
+def test_in_place_kernels_update_copies_of_arrays_they_cannot_update():
+    from needle.backends.optimizer_updates import adam_cpu, sgd_cpu
 
     p = np.zeros((4, 3))[:, :2]  # a strided view: not contiguous
     g = np.ones((4, 2))
-    assert not sgd_in_place(np, p, g, None, lr=0.1, momentum=0.0, weight_decay=0.0)
+    hyper = {"lr": 0.1, "momentum": 0.5, "weight_decay": 0.01}
+    new_p, u = sgd_cpu(p, g, None, **hyper)
+    assert new_p is not p and (p == 0).all()  # a copy updated, the view left alone
+    for got, expected in zip((new_p, u), sgd_portable(p, g, None, **hyper)):
+        np.testing.assert_array_equal(got, expected)
     frozen = np.zeros((4, 2))
     frozen.flags.writeable = False
-    m, v = np.zeros((4, 2)), np.zeros((4, 2))
-    assert not adam_in_place(np, frozen, g, m, v, lr_t=0.1, beta1=0.9, beta2=0.99, eps_t=1e-8,
-                             weight_decay=0.0)
-    assert (m == 0).all() and (v == 0).all()  # nothing changed
+    m, v = np.full((4, 2), 0.5), np.full((4, 2), 0.25)
+    hyper = {"lr_t": 0.1, "beta1": 0.9, "beta2": 0.99, "eps_t": 1e-8, "weight_decay": 0.01}
+    expected = adam_portable(frozen, g, m.copy(), v.copy(), **hyper)
+    got = adam_cpu(frozen, g, m, v, **hyper)
+    assert got[0] is not frozen and (frozen == 0).all()
+    assert got[1] is m and got[2] is v  # the optimizer's own state: updated in place
+    for a, b in zip(got, expected):
+        np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("rule", RULES)
@@ -377,7 +388,7 @@ def test_step_never_changes_arrays_it_did_not_make(rule, shapes, device):
     for step in range(3):
         set_grads(params, grads_for(step, shapes), device)
         arrays = [p.grad._array for p in params]
-        if not device.in_place_updates:
+        if not has_in_place_kernels(device):
             arrays += [p._array for p in params]
             arrays += [a for state in opt.state.values() for a in state.values()]
         seen += [(a, device.to_numpy(a)) for a in arrays]

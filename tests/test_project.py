@@ -53,12 +53,16 @@ def test_backends_install_as_needle_backends(tmp_path):
 
 def test_framework_proper_imports_no_numpy_or_cupy():
     pattern = re.compile(r"^\s*(import|from)\s+(numpy|cupy)\b", re.M)
-    proper = ["autograd", "ops", "nn", "init", "optim", "viz.py", "distributed"]
+    proper = ["autograd", "kernels.py", "ops", "nn", "init", "optim", "viz.py", "distributed"]
+    # but the files pyproject.toml exempts one by one (MPI's host buffers)
+    lint = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["ruff"]["lint"]
+    exempt = {ROOT / path for path, rules in lint["per-file-ignores"].items()
+              if "TID251" in rules and "*" not in path}
     offenders = []
     for name in proper:
         path = ROOT / "needle" / name
         for file in ([path] if path.is_file() else sorted(path.rglob("*.py"))):
-            if pattern.search(file.read_text()):
+            if file not in exempt and pattern.search(file.read_text()):
                 offenders.append(str(file.relative_to(ROOT)))
     assert offenders == []
 

@@ -243,7 +243,7 @@ def test_save_replaces_atomically_and_a_failed_save_keeps_the_old_file(tmp_path,
     before = path.read_bytes()
     with pytest.raises(TypeError, match="'bad' is a str"):
         ndl.save_safetensors({"w": np.zeros(3, dtype="float32"), "bad": "text"}, path)
-    import needle.backends.safetensors_format as fmt
+    import needle.safetensors_format as fmt
 
     def broken(array, dtype):
         raise OSError("disk full")

@@ -34,7 +34,7 @@ def test_names_identity_and_pickling():
             ndl.torch(bad)
     with pytest.raises(ValueError, match="jax device"):
         ndl.jax("mps")
-    assert ndl.all_devices() == [ndl.cpu(), ndl.cuda(), ndl.strict()]  # unchanged
+    assert ndl.all_devices() == [ndl.cpu(), ndl.cuda(), ndl.strict(), ndl.torch(), ndl.jax()]
 
 
 def run_python(code: str) -> str:

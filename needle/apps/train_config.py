@@ -13,9 +13,7 @@ import needle as ndl
 from needle.apps import curves
 from needle.apps.train_models import REGISTRY, Kind
 
-# --device's choices
-DEVICES = {"cpu": ndl.cpu, "cuda": ndl.cuda, "strict": ndl.strict, "jax": ndl.jax,
-           **{f"torch:{where}": (lambda w=where: ndl.torch(w)) for where in ("cpu", "cuda", "mps")}}
+DEVICES = ndl.backends.placements()  # "cpu", "cuda", ..., "torch:cuda": from the device table
 OPTIMIZERS = {"adam": ndl.optim.Adam, "sgd": ndl.optim.SGD}
 SCHEDULES = ("cosine", "constant")
 # the settings of a run: stored in its checkpoints; a resumed run must agree (but --epochs)

@@ -4,7 +4,7 @@ mpi4py is imported by `init()` only, never at `import needle` time. Arrays trave
 mpi4py's buffer interface (no pickling): cpu arrays go straight to MPI; cuda arrays go straight
 to a CUDA-aware MPI, else through one pinned host buffer; arrays of other
 devices (array-api-strict) through a host copy. What that takes of the arrays (buffers,
-dtypes, the staging) lives in backends/mpi_buffers.py: only backends/ knows numpy and cupy.
+dtypes, the staging) lives in mpi_buffers.py, the one file here that knows numpy.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 from typing import Any
 
 from ..autograd import Tensor, mark_modified
-from ..backends.mpi_buffers import HostStaging, dtype_of, int64_pair, on_buffer
+from .mpi_buffers import HostStaging, dtype_of, int64_pair, on_buffer
 
 INSTALL_HINT = ("needle.distributed needs mpi4py and an MPI library (needle's distributed "
                 "extra: mpi4py and the mpich wheel)")
@@ -258,7 +258,7 @@ def _scale(arr: Any, factor: float) -> Any:
 
 def _collective(arr: Any, call) -> Any:
     """Run `call(buffer)` on a contiguous host or CUDA buffer holding `arr`; the result array
-    (backends.mpi_buffers.on_buffer, with this world's route for cuda arrays)."""
+    (mpi_buffers.on_buffer, with this world's route for cuda arrays)."""
     return on_buffer(arr, call, _cuda_collective)
 
 

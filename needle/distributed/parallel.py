@@ -14,10 +14,10 @@ import math
 from typing import Any
 
 from ..autograd import Tensor
-from ..backends.mpi_buffers import dtype_of, may_overlap
 from ..nn import Module
 from ..optim import Optimizer
 from . import comm
+from .mpi_buffers import dtype_of, may_overlap
 
 
 def broadcast_module(module: Module, root: int = 0) -> None:

@@ -10,14 +10,15 @@ gathers them tap-major, (K*K, N, Ho, Wo, C); `Col2Im` adds tap-major windows bac
 input, the adjoint of both. The input's gradient comes out of one batched matmul already
 tap-major, so each of Col2Im's K*K additions moves one contiguous block.
 The portable gather zero-pads (`array_api_extra.pad`) and stacks the K×K shifted strided
-slices (basic slicing only); a device may supply a faster row-major gather (`Device.im2col`),
-which must agree with the portable one (the tests check it).
+slices (basic slicing only); cpu and cuda have a faster row-major gather (the IM2COL kernel,
+whose reference is the portable one: tests/test_kernels.py checks they agree).
 """
 
 from __future__ import annotations
 
 from ..autograd.tensor import Tensor, TensorOp
-from ..backends import device_of, namespace
+from ..backends import namespace
+from ..kernels import ADD_TO_FRESH, Kernel
 from .axes import int_at_least
 from .dtypes import PromotingOp
 from .linalg import MatMul
@@ -86,13 +87,13 @@ def im2col_portable(a, kernel: tuple[int, int], stride: int, padding: int):
     return xp.reshape(cols, (n, ho, wo, kh * kw * c))
 
 
+IM2COL = Kernel("im2col", im2col_portable, fast={
+    "cpu": "needle.backends.im2col:im2col_cpu", "cuda": "needle.backends.im2col:im2col_cuda"})
+
+
 def im2col_array(a, kernel: tuple[int, int], stride: int, padding: int, portable: bool = False):
-    """The windows of a raw NHWC array: the device's own gather, else the portable one."""
-    if not portable:
-        fast = device_of(a).im2col(a, kernel, stride, padding)
-        if fast is not None:
-            return fast
-    return im2col_portable(a, kernel, stride, padding)
+    """The windows of a raw NHWC array: the IM2COL kernel (`portable`: its reference)."""
+    return (im2col_portable if portable else IM2COL)(a, kernel, stride, padding)
 
 
 def _kernel(op: str, kernel) -> tuple[int, int]:
@@ -214,7 +215,7 @@ class Conv(PromotingOp):
         n, ho, wo, depth = cols.shape
         out = xp.matmul(xp.reshape(cols, (n * ho * wo, depth)), xp.reshape(b, (depth, c_out)))
         if bias is not None:  # into the product's fresh array (in place where allowed)
-            out = device_of(out).add_to_fresh(out, bias)
+            out = ADD_TO_FRESH(out, bias)
         return xp.reshape(out, (n, ho, wo, c_out)), (a, cols)
 
     def gradient(self, out_grad, node):

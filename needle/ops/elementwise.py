@@ -7,6 +7,7 @@ from typing import Any
 from ..autograd.graph import Value, array_of
 from ..autograd.tensor import Tensor, TensorOp, constant_like
 from ..backends import device_of, namespace
+from ..kernels import ADD_TO_FRESH
 from .dtypes import (
     PromotingOp,
     kind_name,
@@ -90,7 +91,7 @@ class AddN(TensorOp):
                 check_broadcast("add_n", out, a)
             if add is None:
                 out = out + a  # fresh: the rest are added into it (in place where allowed)
-                add = device_of(out).add_to_fresh
+                add = ADD_TO_FRESH.on(out)
             else:
                 out = add(out, a)
         return out
@@ -118,7 +119,7 @@ class ScaleShift(PromotingOp):
         check_broadcast("scale_shift", x, w)
         out = x * w
         check_broadcast("scale_shift", out, b)
-        return device_of(out).add_to_fresh(out, b)
+        return ADD_TO_FRESH(out, b)
 
     def gradient(self, out_grad, node):
         x, w, b = node.inputs

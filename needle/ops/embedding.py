@@ -5,9 +5,9 @@ adds the rows of out_grad back into zeros (num, dim) at the indices (`SegmentSum
 indices accumulate), and the gradient of that is the lookup again, so second order works.
 The indices are a constant input: they get no gradient.
 
-The segment sum uses the device's kernel (`Device.index_add`: a sort and one reduceat on
-cpu, atomic adds on cuda) where there is one; the portable version is a one-hot matmul,
-(num, m) @ (m, dim), fine for small tables and checked against the kernels in the tests.
+The segment sum is the INDEX_ADD kernel: a sort and one reduceat on cpu, atomic adds on
+cuda, the libraries' scatter-adds on torch and jax; its portable reference is a one-hot
+matmul, (num, m) @ (m, dim), fine for small tables and checked against the others in the tests.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 
 from ..autograd.tensor import Tensor, TensorOp
 from ..backends import device_of, namespace
+from ..kernels import Kernel
 from .indices import as_index_array
 
 
@@ -30,13 +31,17 @@ def index_add_portable(indices: Any, values: Any, n: int) -> Any:
     return xp.reshape(out, (n,) + rest)
 
 
+INDEX_ADD = Kernel("index_add", index_add_portable, fast={
+    "cpu": "needle.backends.index_add:index_add_cpu",
+    "cuda": "needle.backends.index_add:index_add_cuda",
+    "torch": "needle.backends.index_add:index_add_torch",
+    "jax": "needle.backends.index_add:index_add_jax",
+})
+
+
 def index_add_array(indices: Any, values: Any, n: int, portable: bool = False) -> Any:
-    """The segment sum of raw arrays: the device's kernel, else the portable one-hot matmul."""
-    if not portable:
-        fast = device_of(values).index_add(indices, values, n)
-        if fast is not None:
-            return fast
-    return index_add_portable(indices, values, n)
+    """The segment sum of raw arrays: the INDEX_ADD kernel (`portable`: its reference)."""
+    return (index_add_portable if portable else INDEX_ADD)(indices, values, n)
 
 
 def _flat(xp: Any, indices: Any) -> Any:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ..autograd.tensor import Tensor
-from ..backends import device_of, namespace
+from ..backends import namespace
+from ..kernels import ADD_TO_FRESH
 from .dtypes import PromotingOp
 from .elementwise import check_broadcast
 from .movement import reshape, sum_to_shape
@@ -93,7 +94,7 @@ class Affine(PromotingOp):
     def compute(self, x, w, b):
         out = MatMul().compute(x, w)
         check_broadcast("affine", out, b)
-        return device_of(out).add_to_fresh(out, b)
+        return ADD_TO_FRESH(out, b)
 
     def gradient(self, out_grad, node):
         x, w, b = node.inputs

@@ -6,7 +6,8 @@ import math
 
 from ..autograd.graph import array_of
 from ..autograd.tensor import Tensor, TensorOp, constant_like
-from ..backends import device_of, namespace
+from ..backends import namespace
+from ..kernels import Kernel
 from .axes import freeze_axes, normalize_axes
 from .movement import broadcast_to, reshape
 from .unary import exp
@@ -155,6 +156,36 @@ def logsoftmax(a: Tensor, axes=-1) -> Tensor:
     return LogSoftmax(axes)(a)
 
 
+def softmax_xent_portable(logits, labels):
+    """(mean cross-entropy, exp(logits - row max), row sums) of (N, k) logits against the
+    int64 (N,) `labels`: the forward and what its gradient needs."""
+    xp = namespace(logits)
+    n = logits.shape[0]
+    shifted = logits - _finite_max(xp, logits, (1,))
+    e = xp.exp(shifted)
+    sums = xp.sum(e, axis=1, keepdims=True)
+    picked = xp.take_along_axis(shifted, xp.reshape(labels, (n, 1)), axis=1)
+    return xp.sum(xp.log(sums) - picked) * mean_factor(n), e, sums
+
+
+def softmax_xent_grad_portable(e, sums, labels, g):
+    """g (softmax - onehot(labels)) / N from e = exp(logits - row max) and its row sums."""
+    xp = namespace(e)
+    n, k = e.shape
+    scale = g * mean_factor(n)
+    p = e * (scale / sums)
+    classes = xp.arange(k, dtype=labels.dtype, device=labels.device)
+    hit = xp.reshape(labels, (n, 1)) == classes
+    return xp.where(hit, p - scale, p)
+
+
+#: the cpu's versions make fewer fresh (N, k) arrays: exp in place, the adjoint over e
+SOFTMAX_XENT = Kernel("softmax_xent", softmax_xent_portable,
+                      fast={"cpu": "needle.backends.cross_entropy:softmax_xent_cpu"})
+SOFTMAX_XENT_GRAD = Kernel("softmax_xent_grad", softmax_xent_grad_portable,
+                           fast={"cpu": "needle.backends.cross_entropy:softmax_xent_grad_cpu"})
+
+
 class SoftmaxCrossEntropy(TensorOp):
     """The mean over rows of -logsoftmax(logits)[i, labels[i]]: (N, k) logits -> a scalar.
 
@@ -172,17 +203,11 @@ class SoftmaxCrossEntropy(TensorOp):
         return self.forward(logits)[0]
 
     def forward(self, logits):
-        fast = device_of(logits).softmax_xent(logits, self.labels)  # fewer fresh arrays
-        if fast is not None:
-            loss, e, sums = fast
-            return loss, (logits, e, sums)
         xp = namespace(logits)
-        n = logits.shape[0]
-        shifted = logits - _finite_max(xp, logits, (1,))
-        e = xp.exp(shifted)
-        sums = xp.sum(e, axis=1, keepdims=True)
-        picked = xp.take_along_axis(shifted, xp.reshape(self.labels, (n, 1)), axis=1)
-        return xp.sum(xp.log(sums) - picked) * mean_factor(n), (logits, e, sums)
+        # the kernel takes (N, k) floating logits; anything else is the reference's to refuse
+        fused = logits.ndim == 2 and xp.isdtype(logits.dtype, "real floating")
+        loss, e, sums = (SOFTMAX_XENT if fused else softmax_xent_portable)(logits, self.labels)
+        return loss, (logits, e, sums)
 
     def gradient(self, out_grad, node):
         return SoftmaxCrossEntropyGrad(self.labels, node.saved)(node.inputs[0], out_grad)
@@ -198,21 +223,13 @@ class SoftmaxCrossEntropyGrad(TensorOp):
 
     def compute(self, x, g):
         xp = namespace(x)
-        n, k = x.shape
         saved = self.saved
         if saved is not None and saved[0] is x:
             e, sums = saved[1], saved[2]  # read only: a second backward reads them again
-            fast = device_of(x).softmax_xent_grad(e, sums, self.labels, g)
-            if fast is not None:
-                return fast
         else:
             e = xp.exp(x - _finite_max(xp, x, (1,)))
             sums = xp.sum(e, axis=1, keepdims=True)
-        scale = g * mean_factor(n)
-        p = e * (scale / sums)
-        classes = xp.arange(k, dtype=self.labels.dtype, device=self.labels.device)
-        hit = xp.reshape(self.labels, (n, 1)) == classes
-        return xp.where(hit, p - scale, p)
+        return SOFTMAX_XENT_GRAD(e, sums, self.labels, g)
 
     def gradient(self, h, node):
         # F(x, g) = g/N (s - Y) with s = softmax(x): dF/dg . h = sum(h (s - Y)) / N and

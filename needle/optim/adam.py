@@ -7,7 +7,44 @@ from typing import Any, Iterable
 
 from ..autograd import Tensor
 from ..backends import namespace
+from ..kernels import Kernel
 from .optimizer import Optimizer, check_range
+
+
+def adam_portable(param: Any, grad: Any, m: Any, v: Any, *, lr_t: float, beta1: float,
+                  beta2: float, eps_t: float, weight_decay: float) -> tuple[Any, Any, Any]:
+    """(param, m, v) after one Adam update with bias-corrected `lr_t` and `eps_t`: g = grad
+    + wd param; m, v = moving averages of g and g^2 (None: they start at 0); param - lr_t m /
+    (sqrt(v) + eps_t)."""
+    # the in-place operators below only touch arrays made here: fewer big temporaries on
+    # mutable arrays; on immutable ones (jax) Python falls back to `a = a + b`, which is
+    # why every result is rebound, never assumed changed in place (test_optim checks both)
+    if weight_decay == 0:
+        g = grad
+    else:
+        g = param * weight_decay
+        g += grad
+    step = g * (1 - beta1)
+    if m is not None:  # the moments start at 0, where b m + (1 - b) g is (1 - b) g
+        step += m * beta1
+    m = step
+    sq = g * g
+    sq *= 1 - beta2
+    if v is not None:
+        sq += v * beta2
+    v = sq
+    denom = namespace(param).sqrt(v)
+    denom += eps_t
+    update = m * lr_t
+    update /= denom
+    return param - update, m, v
+
+
+#: on cpu (chunked numpy) and cuda (one kernel) the update is made in place
+ADAM = Kernel("adam", adam_portable, fast={
+    "cpu": "needle.backends.optimizer_updates:adam_cpu",
+    "cuda": "needle.backends.optimizer_updates:adam_cuda",
+})
 
 
 class Adam(Optimizer):
@@ -34,41 +71,10 @@ class Adam(Optimizer):
         return check_range("Adam", name, value, 0.0)
 
     def _update(self, param: Any, grad: Any, state: dict) -> tuple[Any, dict]:
-        b1, b2, wd = self.beta1, self.beta2, self.weight_decay
-        # the in-place operators below only touch arrays made here: fewer big temporaries on
-        # mutable arrays; on immutable ones (jax) Python falls back to `a = a + b`, which is
-        # why every result is rebound, never assumed changed in place (test_optim checks both)
-        if wd == 0:
-            g = grad
-        else:
-            g = param * wd
-            g += grad
-        m, v = state.get("m"), state.get("v")
-        step = g * (1 - b1)
-        if m is not None:  # the moments start at 0, where b m + (1 - b) g is (1 - b) g
-            step += m * b1
-        m = step
-        sq = g * g
-        sq *= 1 - b2
-        if v is not None:
-            sq += v * b2
-        v = sq
         # lr m^ / (sqrt(v^) + eps) = (lr sqrt(c2) / c1) m / (sqrt(v) + eps sqrt(c2)),
         # with c = 1 - beta^t: the same quantity in fewer whole-array passes
-        c1, c2 = 1 - b1**self.t, math.sqrt(1 - b2**self.t)
-        denom = namespace(param).sqrt(v)
-        denom += self.eps * c2
-        update = m * (self.lr * c2 / c1)
-        update /= denom
-        return param - update, {"m": m, "v": v}
-
-    def _update_in_place(self, device: Any, param: Any, grad: Any, state: dict) -> dict | None:
-        xp = device.xp
-        m, v = state.get("m"), state.get("v")
-        if m is None or v is None:  # the moments start at 0
-            m, v = xp.zeros_like(param), xp.zeros_like(param)
         c1, c2 = 1 - self.beta1**self.t, math.sqrt(1 - self.beta2**self.t)
-        done = device.adam_step(param, grad, m, v, lr_t=self.lr * c2 / c1, beta1=self.beta1,
-                                beta2=self.beta2, eps_t=self.eps * c2,
-                                weight_decay=self.weight_decay)
-        return {"m": m, "v": v} if done else None
+        param, m, v = ADAM(param, grad, state.get("m"), state.get("v"),
+                           lr_t=self.lr * c2 / c1, beta1=self.beta1, beta2=self.beta2,
+                           eps_t=self.eps * c2, weight_decay=self.weight_decay)
+        return param, {"m": m, "v": v}

@@ -91,10 +91,10 @@ class Optimizer:
         concatenated into one flat array, the update rule runs once on it (a few whole-array
         passes instead of a few per parameter), and each parameter gets its slice back.
         Parameters above `flat_max_size` elements are updated one by one: for them the
-        per-call cost is negligible and a copy into a flat buffer would not be. Where the
-        device has in-place kernels (cpu), the update runs in place, in cache-sized chunks, on
-        arrays the optimizer owns (a parameter's array is copied once, when the optimizer
-        first meets it), with the same numbers as the portable rule.
+        per-call cost is negligible and a copy into a flat buffer would not be. Updates run
+        on arrays the optimizer owns (a parameter's array is copied once, when the optimizer
+        first meets it): where the device has in-place kernels (cpu, cuda), in place, with
+        the same numbers as the portable rule.
         """
         self.t += 1
         groups: dict[tuple, list[int]] = {}
@@ -130,20 +130,14 @@ class Optimizer:
             i = indices[0]
             self._flat.pop(key, None)  # a group of one has no flat arrays to keep
             p = params[0]
-            if device.in_place_updates:
-                # on an array of the optimizer's own: a copy the first time (or after the
-                # parameter's data was replaced), so no array anyone else holds changes
-                data = p._array
-                if self._owned.get(i) is not data:
-                    data = xp.asarray(data, copy=True)
-                state = self._update_in_place(device, data, grads[0], self.state.get(i, {}))
-                if state is not None:
-                    p._array = self._owned[i] = data
-                    if state:
-                        self.state[i] = state
-                    return
-            p._array, state = self._update(p._array, grads[0], self.state.get(i, {}))
-            self._owned.pop(i, None)
+            # the update may be made in place (a device's kernel): on an array of the
+            # optimizer's own, a copy the first time (or after the parameter's data was
+            # replaced), so no array anyone else holds changes
+            data = p._array
+            if self._owned.get(i) is not data:
+                data = xp.asarray(data, copy=True)
+            p._array, state = self._update(data, grads[0], self.state.get(i, {}))
+            self._owned[i] = p._array  # the update's result (or `data`, updated in place)
             if state:
                 self.state[i] = state
             return
@@ -152,15 +146,10 @@ class Optimizer:
         flat_p = self._flat_params(indices, params, xp, cache)  # cached, or a fresh concat
         flat_g = xp.concat([xp.reshape(g, (-1,)) for g in grads])
         flat_state = self._flat_state(indices, params, xp, cache)
-        new_state = (self._update_in_place(device, flat_p, flat_g, flat_state)
-                     if device.in_place_updates else None)
-        if new_state is not None:  # the flat arrays are the optimizer's own: updated in place
-            if (cache is not None and flat_p is cache.params and new_state.keys() ==
-                    cache.state.keys() and all(new_state[k] is a for k, a in cache.state.items())):
-                return  # every parameter and state entry already views them
-            new_p = flat_p
-        else:
-            new_p, new_state = self._update(flat_p, flat_g, flat_state)
+        new_p, new_state = self._update(flat_p, flat_g, flat_state)
+        if (cache is not None and new_p is cache.params and new_state.keys() ==
+                cache.state.keys() and all(new_state[k] is a for k, a in cache.state.items())):
+            return  # updated in place: every parameter and state entry already views them
         # hand every parameter (and its state) a view of its slice of the new flat arrays
         start = 0
         param_views, state_entries = {}, {}
@@ -200,14 +189,12 @@ class Optimizer:
         }
 
     def _update(self, param: Any, grad: Any, state: dict) -> tuple[Any, dict]:
-        """The new parameter array and state from the old ones (any shape, elementwise)."""
-        raise NotImplementedError
+        """The new parameter array and state from the old ones (any shape, elementwise).
 
-    def _update_in_place(self, device: Any, param: Any, grad: Any, state: dict) -> dict | None:
-        """`_update` in place through the device's fused kernel, on arrays this optimizer owns;
-        the state (created where absent), or None where there is no kernel (then nothing
-        changed and `_update` runs)."""
-        return None
+        `param` and the state's arrays are the optimizer's own: the update may write over
+        them and return them (a device's in-place kernel) or return new arrays.
+        """
+        raise NotImplementedError
 
     def reset_grad(self) -> None:
         """Set every parameter's grad to None."""

@@ -5,7 +5,28 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from ..autograd import Tensor
+from ..kernels import Kernel
 from .optimizer import Optimizer, check_range
+
+
+def sgd_portable(param: Any, grad: Any, u: Any, *, lr: float, momentum: float,
+                 weight_decay: float) -> tuple[Any, Any]:
+    """(param, u) after one SGD update: g = grad + wd param; u = momentum u + (1 - momentum)
+    g (u None: it starts at 0; no u at all without momentum); param - lr u (or lr g)."""
+    g = grad if weight_decay == 0 else grad + weight_decay * param
+    if momentum == 0:
+        return param - lr * g, None
+    m = momentum
+    # u starts at 0, where momentum * 0 + (1 - momentum) g is exactly (1 - momentum) g
+    u = (1 - m) * g if u is None else m * u + (1 - m) * g
+    return param - lr * u, u
+
+
+#: on cpu (chunked numpy) and cuda (one kernel) the update is made in place
+SGD_STEP = Kernel("sgd", sgd_portable, fast={
+    "cpu": "needle.backends.optimizer_updates:sgd_cpu",
+    "cuda": "needle.backends.optimizer_updates:sgd_cuda",
+})
 
 
 class SGD(Optimizer):
@@ -27,22 +48,6 @@ class SGD(Optimizer):
         return check_range("SGD", name, value, 0.0)
 
     def _update(self, param: Any, grad: Any, state: dict) -> tuple[Any, dict]:
-        g = grad if self.weight_decay == 0 else grad + self.weight_decay * param
-        if self.momentum == 0:
-            return param - self.lr * g, {}
-        m, u = self.momentum, state.get("u")
-        # u starts at 0, where momentum * 0 + (1 - momentum) g is exactly (1 - momentum) g
-        u = (1 - m) * g if u is None else m * u + (1 - m) * g
-        return param - self.lr * u, {"u": u}
-
-    def _update_in_place(self, device: Any, param: Any, grad: Any, state: dict) -> dict | None:
-        u = None
-        if self.momentum != 0:
-            u = state.get("u")
-            if u is None:  # the momentum starts at 0
-                u = device.xp.zeros_like(param)
-        done = device.sgd_step(param, grad, u, lr=self.lr, momentum=self.momentum,
-                               weight_decay=self.weight_decay)
-        if not done:
-            return None
-        return {} if u is None else {"u": u}
+        param, u = SGD_STEP(param, grad, state.get("u"), lr=self.lr, momentum=self.momentum,
+                            weight_decay=self.weight_decay)
+        return param, ({} if u is None else {"u": u})

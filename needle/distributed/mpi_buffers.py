@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import device_of
+from ..backends import device_of
 
 
 def dtype_of(arr: Any) -> np.dtype:

@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from .checkpoint import write_atomically
+from .archive import write_atomically
 
 #: safetensors dtype codes and the numpy dtypes they are (BF16 is read as float32)
 DTYPES: dict[str, np.dtype] = {

@@ -1,0 +1,98 @@
+"""Fast kernels: one registry keyed by (kernel name, device kind).
+
+A `Kernel` is declared next to the op or optimizer that calls it, with its portable version
+(array-API calls only) as the reference and, per device kind, a faster version named by its
+import path ("needle.backends.im2col:im2col_cpu"): those need numpy, cupy or torch, so they
+live in backends/. A kind without a fast version runs the reference: that is the one way of
+saying "none here". A fast version is imported the first time its kind calls the kernel
+(nothing happens at import time); the kernel then remembers, per array type, which function
+runs, so a call costs one dict lookup.
+
+The calling convention is the reference's, and the first argument is an array of the device
+the kernel runs on. A fast version takes every call its reference takes and returns the same
+numbers (to the bit where it computes in the same order: tests/test_kernels.py checks every
+registered pair). A kernel that updates arrays returns them: a fast version may return the
+very arrays it was given, updated in place, so a caller uses the result either way and hands
+over only arrays nobody else holds.
+"""
+
+from __future__ import annotations
+
+import importlib
+import operator
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Mapping
+
+from .backends import device_of
+
+#: every kernel declared so far, by name (the tests check each against its reference)
+REGISTRY: dict[str, Kernel] = {}
+
+
+class Kernel:
+    """A function with a portable reference and, per device kind, a faster version."""
+
+    def __init__(self, name: str, reference: Callable[..., Any],
+                 fast: Mapping[str, str] | None = None):
+        if name in REGISTRY:
+            raise ValueError(f"a kernel named {name!r} is already declared")
+        self.name = name
+        self.reference = reference
+        #: device kind -> "module:function" of its fast version
+        self.fast: dict[str, str] = dict(fast or {})
+        self._by_kind: dict[str, Callable[..., Any]] = {}  # kind -> the function it runs
+        self._by_type: dict[type, Callable[..., Any]] = {}  # array type -> the same
+        self._reference_only = False
+        REGISTRY[name] = self
+
+    def __repr__(self) -> str:
+        return f"Kernel({self.name!r}, fast for {sorted(self.fast)})"
+
+    def __call__(self, a: Any, *args: Any, **kwargs: Any) -> Any:
+        run = self._by_type.get(a.__class__)
+        if run is None:
+            run = self.on(a)
+        return run(a, *args, **kwargs)
+
+    def on(self, a: Any) -> Callable[..., Any]:
+        """The function this kernel runs for arrays like `a` (to bind once in a loop)."""
+        run = self._by_type.get(a.__class__)
+        if run is None:
+            run = self._by_type[a.__class__] = self.implementation(device_of(a).kind)
+        return run
+
+    def implementation(self, kind: str) -> Callable[..., Any]:
+        """The function that runs on device kind `kind`: its fast version (imported the first
+        time it is asked for) or, where there is none, the reference."""
+        run = self._by_kind.get(kind)
+        if run is None:
+            path = self.fast.get(kind)
+            if path is None or self._reference_only:
+                run = self.reference
+            else:
+                module, _, name = path.partition(":")
+                run = getattr(importlib.import_module(module), name)
+            self._by_kind[kind] = run
+        return run
+
+
+@contextmanager
+def reference_only(*kernels: Kernel) -> Iterator[None]:
+    """Run the given kernels (all registered ones when none is given) as their portable
+    reference on every device inside the block: for tests and benchmarks."""
+    chosen = kernels or tuple(REGISTRY.values())
+    saved = [(k, k._by_kind, k._by_type) for k in chosen]
+    for k in chosen:
+        k._by_kind, k._by_type, k._reference_only = {}, {}, True
+    try:
+        yield
+    finally:
+        for k, by_kind, by_type in saved:
+            k._by_kind, k._by_type, k._reference_only = by_kind, by_type, False
+
+
+#: `out + b` where `out` is a fresh array nobody else holds (a matmul's or a product's
+#: result, a running sum of adjoints): the cpu adds in place where the result fits `out`.
+#: Declared here, not beside one op: Affine, ScaleShift, Conv and the backward engine use it.
+ADD_TO_FRESH = Kernel("add_to_fresh", operator.add,
+                      fast={"cpu": "needle.backends.add_to_fresh:add_to_fresh_cpu"})

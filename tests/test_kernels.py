@@ -1,0 +1,239 @@
+"""The kernel registry: every fast kernel against its portable reference on every device it is
+registered for; fast versions resolved lazily, the reference wherever a kind has none."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import needle as ndl
+from needle import backends, kernels
+from needle.kernels import REGISTRY, Kernel, reference_only
+from needle.ops.reduce import softmax_xent_portable
+
+# Each case maker takes a device and a seeded generator and returns variants
+# (args, kwargs, rtol): rtol 0 means bit-equal (the fast version computes in the reference's
+# order); a case is made twice, once for each version, since in-place kernels write over
+# their inputs.
+
+
+def im2col_cases(device, rng):
+    host = rng.standard_normal((2, 7, 6, 3))
+    nchw = device.asarray(np.ascontiguousarray(host.transpose(0, 3, 1, 2)))
+    view = device.xp.permute_dims(nchw, (0, 2, 3, 1))  # not contiguous, as nn.Conv hands over
+    return [((a, kernel, stride, padding), {}, 0) for a in (device.asarray(host), view)
+            for kernel, stride, padding in [((3, 3), 1, 1), ((2, 3), 2, 0), ((5, 5), 3, 2)]]
+
+
+def index_add_cases(device, rng):
+    idx = device.asarray(rng.integers(0, 7, size=40), dtype="int64")
+    whole = rng.integers(-8, 8, size=(40, 3)).astype(np.float32)  # sums exact in any order
+    real = rng.standard_normal((40, 2, 3))
+    none = device.asarray(np.zeros(0, dtype=np.int64))
+    return [((idx, device.asarray(whole), 7), {}, 0),
+            ((none, device.asarray(np.zeros((0, 4), np.float32)), 5), {}, 0),
+            # float64 sums in another order (sorted runs, atomic adds, a scatter): 1e-12
+            ((idx, device.asarray(real), 9), {}, 1e-12)]
+
+
+def logits(device, rng, dtype, dead_row=False):
+    z = rng.standard_normal((6, 5)) * 3
+    z[2] = [1e4, -1e4, 3.0, 1e4, 0.0]  # huge logits: shifted by the row max first
+    if dead_row:
+        z[4] = -np.inf  # an all -inf row: shifted by 0 (and the loss NaN)
+    return device.asarray(z, dtype=dtype), device.asarray(rng.integers(0, 5, 6), dtype="int64")
+
+
+def softmax_xent_cases(device, rng):
+    empty = device.asarray(np.zeros(0, dtype=np.int64))
+    return [(logits(device, rng, dtype), {}, 0) for dtype in ("float32", "float64")] + [
+        (logits(device, rng, "float32", dead_row=True), {}, 0),
+        ((device.asarray(np.zeros((0, 5))), empty), {}, 0),  # no rows: NaN
+        ((device.asarray(np.zeros((0, 0))), empty), {}, 0)]  # no rows, no classes
+
+
+def softmax_xent_grad_cases(device, rng):
+    cases = []
+    for dtype, dead_row in (("float32", False), ("float64", False), ("float32", True)):
+        z, labels = logits(device, rng, dtype, dead_row)
+        _, e, sums = softmax_xent_portable(z, labels)
+        cases.append(((e, sums, labels, device.asarray(np.array(1.7), dtype=dtype)), {}, 0))
+    return cases
+
+
+def add_to_fresh_cases(device, rng):
+    def arrays(*shapes, dtype="float32"):
+        return [device.asarray(rng.standard_normal(s), dtype=dtype) for s in shapes]
+
+    return [(tuple(arrays((4, 3), (3,))), {}, 0), (tuple(arrays((4, 3), (4, 3))), {}, 0),
+            (tuple(arrays((4, 3), (1, 3), dtype="float64")), {}, 0),
+            ((*arrays((4, 3)), *arrays((3,), dtype="float64")), {}, 0),  # promoted: out + b
+            (tuple(arrays((3,), (4, 3))), {}, 0)]  # a result bigger than out: out + b
+
+
+# 150000 elements: two whole chunks of the cpu kernels and part of a third
+BIG = (300, 500)
+
+
+def adam_cases(device, rng):
+    cases = []
+    for dtype in ("float32", "float64"):
+        for wd, state in ((0.0, False), (0.05, True)):
+            p, g, m, v = (rng.standard_normal(BIG) for _ in range(4))
+            m, v = (device.asarray(a, dtype=dtype) if state else None for a in (m, np.abs(v)))
+            hyper = {"lr_t": 0.01, "beta1": 0.8, "beta2": 0.95, "eps_t": 1e-6,
+                     "weight_decay": wd}
+            cases.append(((device.asarray(p, dtype=dtype), device.asarray(g, dtype=dtype), m,
+                           v), hyper, 0))
+    return cases
+
+
+def sgd_cases(device, rng):
+    cases = []
+    for dtype in ("float32", "float64"):
+        for momentum, wd, state in ((0.0, 0.0, False), (0.9, 0.01, False), (0.5, 0.01, True)):
+            p, g, u = (device.asarray(rng.standard_normal(BIG), dtype=dtype) for _ in range(3))
+            hyper = {"lr": 0.1, "momentum": momentum, "weight_decay": wd}
+            cases.append(((p, g, u if state else None), hyper, 0))
+    return cases
+
+
+CASES = {"im2col": im2col_cases, "index_add": index_add_cases,
+         "softmax_xent": softmax_xent_cases, "softmax_xent_grad": softmax_xent_grad_cases,
+         "add_to_fresh": add_to_fresh_cases, "adam": adam_cases, "sgd": sgd_cases}
+
+
+def on_host(device, result):
+    if isinstance(result, tuple):
+        return tuple(on_host(device, r) for r in result)
+    return None if result is None else device.to_numpy(device.asarray(result))
+
+
+def test_every_registered_kernel_has_a_case_and_names_known_kinds():
+    assert set(REGISTRY) == set(CASES)
+    for kernel in REGISTRY.values():
+        assert set(kernel.fast) <= set(backends.DEVICES), kernel
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_fast_path_names_a_function(name):
+    kernel = REGISTRY[name]
+    for kind, path in kernel.fast.items():  # imports numpy-side modules only, never cupy
+        assert callable(kernel.implementation(kind)), path
+        assert kernel.implementation(kind) is not kernel.reference
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.filterwarnings("ignore:divide by zero encountered in log")  # the -inf row's
+@pytest.mark.filterwarnings("ignore:invalid value encountered in subtract")
+@pytest.mark.filterwarnings("ignore:divide by zero encountered in divide")
+@pytest.mark.filterwarnings("ignore:invalid value encountered in multiply")
+def test_fast_kernel_gives_the_references_numbers(name, device):
+    kernel = REGISTRY[name]
+    if device.kind not in kernel.fast:
+        pytest.skip(f"{name} has no fast version on {device.kind}: the reference is what runs")
+    fast = kernel.implementation(device.kind)
+    got = CASES[name](device, np.random.default_rng(5))
+    expected = CASES[name](device, np.random.default_rng(5))
+    for (args, kwargs, rtol), (ref_args, ref_kwargs, _) in zip(got, expected):
+        assert kernel.on(args[0]) is fast  # what a call of the kernel runs on this device
+        result = on_host(device, fast(*args, **kwargs))
+        reference = on_host(device, kernel.reference(*ref_args, **ref_kwargs))
+        results = result if isinstance(result, tuple) else (result,)
+        references = reference if isinstance(reference, tuple) else (reference,)
+        assert len(results) == len(references)
+        for a, b in zip(results, references):
+            if b is None:
+                assert a is None
+                continue
+            assert a.dtype == b.dtype and a.shape == b.shape
+            if rtol:
+                np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol)
+            else:
+                np.testing.assert_array_equal(a, b)
+
+
+def test_an_in_place_kernel_returns_the_arrays_it_updated():
+    param, grad = np.zeros((3, 2)), np.ones((3, 2))
+    m, v = np.zeros((3, 2)), np.zeros((3, 2))
+    out = REGISTRY["adam"](param, grad, m, v, lr_t=0.1, beta1=0.9, beta2=0.99, eps_t=1e-8,
+                           weight_decay=0.0)
+    assert out[0] is param and out[1] is m and out[2] is v and (param != 0).all()
+    strict = ndl.strict()  # no fast version: the reference returns new arrays
+    param = strict.asarray(np.zeros((3, 2)))
+    out = REGISTRY["adam"](param, strict.asarray(np.ones((3, 2))), None, None, lr_t=0.1,
+                           beta1=0.9, beta2=0.99, eps_t=1e-8, weight_decay=0.0)
+    assert out[0] is not param and (strict.to_numpy(param) == 0).all()
+
+
+# ----- resolution ------------------------------------------------------------------------------
+@pytest.fixture
+def registry(monkeypatch):
+    """An empty registry for kernels made by a test."""
+    monkeypatch.setattr(kernels, "REGISTRY", {})
+    return kernels.REGISTRY
+
+
+def test_a_kind_without_a_fast_version_runs_the_reference_and_nothing_is_imported(registry):
+    def scale(a, k):
+        return a * k
+
+    kernel = Kernel("scale", scale, fast={"cpu": "needle_no_such_module:scale"})
+    assert registry == {"scale": kernel}
+    strict = ndl.strict()
+    a = strict.asarray([1.0, 2.0])
+    np.testing.assert_array_equal(strict.to_numpy(kernel(a, 3.0)), [3.0, 6.0])
+    assert kernel.on(a) is scale
+    # cpu's fast version is looked for at its first use only, not when the kernel was made
+    with pytest.raises(ModuleNotFoundError, match="needle_no_such_module"):
+        kernel(np.ones(2), 3.0)
+    with pytest.raises(ValueError, match="'scale' is already declared"):
+        Kernel("scale", scale)
+
+
+def test_a_resolved_kernel_is_one_lookup_by_array_type(registry, monkeypatch):
+    kernel = Kernel("negative", lambda a: -a, fast={"cpu": "operator:neg"})
+    a = np.arange(3.0)
+    np.testing.assert_array_equal(kernel(a), -a)
+    assert kernel.on(a).__module__ == "_operator"
+
+    def no_lookup(array):
+        raise AssertionError("the device was looked up again")
+
+    monkeypatch.setattr(kernels, "device_of", no_lookup)
+    np.testing.assert_array_equal(kernel(a), -a)
+
+
+def test_reference_only_runs_the_references_and_restores_the_fast_versions(registry):
+    kernel = Kernel("negative", lambda a: -a, fast={"cpu": "operator:neg"})
+    a = np.arange(3.0)
+    fast = kernel.on(a)
+    with reference_only(kernel):
+        assert kernel.on(a) is kernel.reference
+        np.testing.assert_array_equal(kernel(a), -a)
+    assert kernel.on(a) is fast
+
+
+def test_fast_versions_are_imported_at_their_first_use_not_at_import():
+    code = textwrap.dedent("""
+        import sys
+        import numpy as np
+        import needle as ndl
+
+        fast = {"needle.backends." + name for name in (
+            "im2col", "index_add", "cross_entropy", "add_to_fresh", "optimizer_updates")}
+        assert not fast & set(sys.modules), fast & set(sys.modules)
+        x = np.ones((1, 4, 4, 1))
+        w = np.ones((3, 3, 1, 1))
+        for device in (ndl.strict(), ndl.cpu()):
+            ndl.conv(ndl.Tensor(x, device=device), ndl.Tensor(w, device=device))
+            print(sorted(fast & set(sys.modules)))
+        """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    # strict has no fast gather (the reference ran); cpu's was imported when it first ran
+    assert out.stdout.splitlines() == ["[]", "['needle.backends.im2col']"]
