@@ -76,12 +76,10 @@ def backward(output: Value, out_grad: Any) -> None:
         for inp, partial in zip(node.inputs, parts):
             if partial is None or not inp.requires_grad:
                 continue
-            if record:
+            data = inp._array  # (inline: the common case is an adjoint of the input's shape)
+            if data.__class__ is not tuple and (
+                    partial._array if record else partial).shape != data.shape:
                 partial = inp._fit_adjoint(partial)
-            else:  # (inline: the common case is an adjoint of the input's shape)
-                data = inp._array
-                if data.__class__ is not tuple and partial.shape != data.shape:
-                    partial = inp._fit_adjoint(partial)
             pending = partials_of.get(inp)
             if pending is None:
                 partials_of[inp] = [partial]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from operator import attrgetter
 from typing import Any, Iterable
 
 from ..backend_ndarray import unwrap as _raw
@@ -17,6 +18,7 @@ from ..grad_mode import _grad_enabled
 # graph was built: backward() refuses it (PyTorch's "modified by an inplace operation").
 _VERSION_CLOCK = 0
 _version_lock = threading.Lock()
+_requires_grad = attrgetter("requires_grad")
 
 
 class Op:
@@ -111,7 +113,7 @@ class Value:
     @property
     def needs_input_grad(self) -> tuple[bool, ...]:
         """Which inputs need an adjoint (PyTorch's `ctx.needs_input_grad`)."""
-        return tuple(x.requires_grad for x in self.inputs)
+        return tuple(map(_requires_grad, self.inputs))
 
     @property
     def grad(self) -> Value | None:

@@ -106,7 +106,9 @@ def broadcast_axes(shape: tuple, target: tuple) -> tuple[int, ...]:
 def sum_to_shape(t: Tensor, shape: tuple) -> Tensor:
     """`t` (a Tensor or an array) summed back to `shape`, from which it was broadcast (`t`
     itself if it has it)."""
-    shape, t_shape = tuple(shape), tuple(t.shape)
+    shape, t_shape = tuple(shape), t.shape
+    if t_shape.__class__ is not tuple:  # an array's (a Tensor's is a tuple already)
+        t_shape = tuple(t_shape)
     if t_shape == shape:
         return t
     return SumToShape(shape, broadcast_axes(t_shape, shape))(t)
