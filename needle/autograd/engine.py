@@ -70,7 +70,12 @@ def backward(output: Value, out_grad: Any) -> None:
             parts = op.gradient(grad, node)
         else:
             node._grad = grad  # an array (or a tuple): `Value.grad` wraps it when read
-            parts = op.gradient(grad, view.show(node))
+            inputs = node.inputs  # the view, now of this node (view.show, inlined)
+            view.op, view.result, view.saved = op, node._array, node.saved
+            view.inputs = tuple(map(_array, inputs))
+            view.needs_input_grad = tuple(map(_requires_grad, inputs))
+            view.device = node.device
+            parts = op.gradient(grad, view)
         if parts.__class__ is not tuple:  # what gradient_as_tuple does, inlined
             parts = tuple(parts) if isinstance(parts, list) else (parts,)
         for inp, partial in zip(node.inputs, parts):

@@ -28,13 +28,6 @@ def unbroadcast(adjoint: Any, x: Any) -> Any:
     return sum_to_shape(adjoint, tuple(shape))
 
 
-def _same_shape(a: Any, b: Any) -> bool:
-    """Whether two Tensors (or two arrays) have one shape."""
-    if isinstance(a, Value):
-        return a._array.shape == b._array.shape
-    return a.shape == b.shape
-
-
 def _promoted(op: str, a: Any, b: Any) -> tuple:
     """(a, b) with Tensors of different dtypes promoted (raw arrays as they are)."""
     if isinstance(a, Value) and isinstance(b, Value) and a._array.dtype is not b._array.dtype:
@@ -67,7 +60,8 @@ class EWiseAdd(TensorOp):
 
     def gradient(self, out_grad, node):
         a, b = node.inputs
-        if _same_shape(a, b):  # no broadcasting
+        if (a._array.shape == b._array.shape if isinstance(a, Value)  # no broadcasting
+                else a.shape == b.shape):
             return out_grad, out_grad
         need_a, need_b = node.needs_input_grad
         return (unbroadcast(out_grad, a) if need_a else None,
@@ -149,7 +143,8 @@ class EWiseMul(TensorOp):
         a, b = node.inputs
         # no multiply for an operand that needs no gradient (a mask, a one-hot matrix)
         need_a, need_b = node.needs_input_grad
-        if _same_shape(a, b):  # no broadcasting
+        if (a._array.shape == b._array.shape if isinstance(a, Value)  # no broadcasting
+                else a.shape == b.shape):
             return (out_grad * b if need_a else None, out_grad * a if need_b else None)
         return (unbroadcast(out_grad * b, a) if need_a else None,
                 unbroadcast(out_grad * a, b) if need_b else None)
