@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..autograd.graph import Value, array_of
+from ..autograd.graph import Value, array_function, array_of
 from ..autograd.tensor import Tensor, TensorOp, constant_like
 from ..backends import device_of, namespace
 from .dtypes import (
@@ -265,17 +265,23 @@ class EWisePow(PromotingOp):
         # = NaN at points PyTorch defines as 0: there a is replaced by 1 (a constant shift).
         a, b = node.inputs
         a_data, b_data = array_of(a), array_of(b)
-        xp = namespace(a_data)
-        zero = a_data == 0
         need_a, need_b = node.needs_input_grad
         grad_a = grad_b = None
         if need_a:  # 0 where b == 0
-            one = constant_like(out_grad, xp.astype(zero & (b_data == 0), a_data.dtype))
+            one = constant_like(out_grad, _zero_base(a_data, b_data, True))
             grad_a = unbroadcast(out_grad * b * power(a + one, b - 1), a)
         if need_b:  # 0 where b >= 0 (a^b is 0 or 1 there)
-            one = constant_like(out_grad, xp.astype(zero & (b_data >= 0), a_data.dtype))
+            one = constant_like(out_grad, _zero_base(a_data, b_data, False))
             grad_b = unbroadcast(out_grad * node.result * log(a + one), b)
         return grad_a, grad_b
+
+
+@array_function
+def _zero_base(a, b, exponent_zero: bool):
+    """1 where a == 0 and (b == 0 if exponent_zero else b >= 0), else 0, in a's dtype."""
+    xp = namespace(a)
+    where_b = b == 0 if exponent_zero else b >= 0
+    return xp.astype((a == 0) & where_b, a.dtype)
 
 
 def power(a: Tensor, b: Tensor) -> Tensor:
@@ -333,11 +339,15 @@ class RPowerScalar(TensorOp):
         c = self.scalar
         if c != 0:
             return out_grad * node.result * (math.log(c) if c > 0 else math.nan)
-        out = array_of(node.result)
-        xp = namespace(out)
-        log_c = xp.where(array_of(node.inputs[0]) < 0,
-                         xp.full_like(out, -math.inf), xp.zeros_like(out))
+        log_c = _log_zero_base(array_of(node.result), array_of(node.inputs[0]))
         return out_grad * node.result * constant_like(out_grad, log_c)
+
+
+@array_function
+def _log_zero_base(out, a):
+    """"log 0" as PyTorch takes it in d/da 0^a: -inf where a < 0, else 0 (out's shape)."""
+    xp = namespace(out)
+    return xp.where(a < 0, xp.full_like(out, -math.inf), xp.zeros_like(out))
 
 
 def rpower_scalar(a: Tensor, scalar) -> Tensor:
@@ -453,9 +463,14 @@ class ReLU(TensorOp):
         return namespace(a).maximum(a, 0)
 
     def gradient(self, out_grad, node):
-        a = array_of(node.inputs[0])
-        mask = namespace(a).astype(a > 0, a.dtype)  # the derivative, a constant
+        mask = _positive(array_of(node.inputs[0]))  # the derivative, a constant
         return out_grad * constant_like(out_grad, mask)
+
+
+@array_function
+def _positive(a):
+    """1 where a > 0, else 0, in a's dtype (ReLU's derivative)."""
+    return namespace(a).astype(a > 0, a.dtype)
 
 
 def relu(a: Tensor) -> Tensor:
