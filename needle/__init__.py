@@ -28,6 +28,7 @@ from .backends import (
     torch,
 )
 from .serialization import load, load_safetensors, save, save_safetensors
+from .compiled import CompileError, compile
 from .interop import from_dlpack
 from .init import ones, ones_like, zeros, zeros_like
 from .ops import *  # noqa: F403
@@ -40,7 +41,8 @@ __all__ = [
     "no_grad", "enable_grad", "set_grad_enabled",
     "Device", "all_devices", "cpu", "cpu_numpy", "cuda", "default_device", "strict", "torch",
     "jax", "manual_seed",
-    "load", "save", "load_safetensors", "save_safetensors", "from_dlpack",
+    "load", "save", "load_safetensors", "save_safetensors", "from_dlpack", "compile",
+    "CompileError",
     "ones", "ones_like", "zeros", "zeros_like",
 ]
 __all__ += ops.__all__
