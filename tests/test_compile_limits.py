@@ -382,3 +382,29 @@ def test_a_mode_set_inside_the_step_is_replayed(device):
     (eager, _, _), (compiled, _, run) = _twins(device, drive, build)
     _assert_same(eager, compiled)
     assert run.captures == 1
+
+
+def test_a_gradient_from_before_the_step_is_read_at_replay(device):
+    rng = np.random.default_rng(2)
+    xs = [ndl.Tensor(rng.standard_normal((2, 3)).astype(np.float32), device=device,
+                     requires_grad=False) for _ in range(4)]
+    results = []
+    for compiled in (False, True):
+        w = ndl.Tensor(rng.standard_normal((3, 2)).astype(np.float32) * 0 + 1, device=device)
+        w.grad = ndl.init.zeros(3, 2, device=device)
+
+        def accumulate(x, w=w):  # gradient accumulation across calls, by hand
+            old = w.grad
+            (x @ w).relu().sum().backward(create_graph=False)
+            w.grad = w.grad + old
+            return w.grad
+
+        run = ndl.compile(accumulate) if compiled else accumulate
+        results.append([run(x).numpy() for x in xs] + [w.grad.numpy()])
+    _assert_same(*results)
+
+
+def test_bool_of_a_tensor_reads_one_element(device):
+    assert bool(ndl.Tensor([2.0], device=device)) and not bool(ndl.Tensor(0.0, device=device))
+    with pytest.raises(RuntimeError, match="ambiguous"):
+        bool(ndl.Tensor([1.0, 2.0], device=device))

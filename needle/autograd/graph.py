@@ -129,10 +129,13 @@ class Value:
         """The adjoint set by the last backward() through this value (None before)."""
         grad = self._grad
         if grad is None or isinstance(grad, Value):
-            return grad
-        if grad.__class__ is weakref.ref:
-            return grad()
-        grad = self._grad = self._wrap_adjoint(grad)  # an array: a constant when first read
+            pass
+        elif grad.__class__ is weakref.ref:
+            grad = grad()
+        else:
+            grad = self._grad = self._wrap_adjoint(grad)  # an array: a constant when first read
+        if _TRACER is not None and grad is not None:
+            _TRACER.grad_read(self, grad)
         return grad
 
     @grad.setter

@@ -2,6 +2,6 @@
 
 from .compiled import Compiled, compile
 from .program import Retrace
-from .recorder import CompileError
+from .support import CompileError
 
 __all__ = ["Compiled", "CompileError", "Retrace", "compile"]

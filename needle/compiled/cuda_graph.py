@@ -1,16 +1,17 @@
 """A recorded program replayed as one CUDA graph on `torch:cuda` (`ndl.compile(cuda_graph=True)`).
 
-The program's replay is captured once with `torch.cuda.graph`, at the program's second replay
-(the first runs as usual: it warms up cuBLAS and leaves the optimizer's state made): the step's Tensor arguments are copied into buffers made for the
-capture, and every array the step leaves in a parameter, a buffer or an optimizer's state is
-copied back into the array that held it before, inside the graph, so each replay reads and
-writes the same memory. The random generators the step draws from are registered with the
-graph (their offsets advance at each replay, as eager draws would). Returned Tensors are
-copies. The torch calls are in backends/torch_cuda_graph.py. On `cuda` (cupy) the ordinary
-replay already launches the kernels one after another with no graph node or gradient rule in
-Python: cupy refuses cuBLAS calls inside a stream capture.
+The program's replay is captured with `torch.cuda.graph` at the program's second replay (the
+first runs as usual: it warms up cuBLAS and makes the optimizer's state). The step's Tensor
+arguments are copied into buffers made for the capture, and every array the step leaves in a
+parameter, a buffer or an optimizer's state is copied back, inside the graph, into the array
+that held it before, so each replay reads and writes the same memory. The generators the step
+draws from are registered with the graph (their offsets advance at each replay, as eager
+draws would). Returned Tensors are copies. The torch calls are in
+backends/torch_cuda_graph.py. On `cuda` (cupy) the ordinary replay already launches the
+kernels one after another with no graph node or gradient rule in Python: cupy refuses cuBLAS
+calls inside a stream capture.
 
-Untested on hardware in this project's CI (no GPU): `tests/test_compile.py` runs it where
+Untested on hardware here (no GPU in this project's CI): `tests/test_compile.py` runs it where
 torch sees a GPU.
 """
 

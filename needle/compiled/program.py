@@ -14,10 +14,12 @@ from __future__ import annotations
 import itertools
 import linecache
 import re
+import weakref
 from typing import Any
 
 from ..autograd.graph import Value, mark_modified
-from .recorder import HOST_READS, CompileError, Recorder
+from .recorder import Recorder
+from .support import HOST_READS, CompileError
 
 _SLOT = re.compile(r"\ba(\d+)\b")
 _counter = itertools.count()
@@ -77,7 +79,8 @@ class Program:
         linecache.cache[filename] = (len(self.source), None,
                                      self.source.splitlines(True), filename)
         scope = dict(rec.consts, _seen=self.seen, _check=self._check, _Retrace=Retrace,
-                     _mark_modified=mark_modified, _tensor=_tensor, _host=HOST_READS)
+                     _mark_modified=mark_modified, _tensor=_tensor, _host=HOST_READS,
+                     _grad_of=_grad_of)
         exec(compile(self.source, filename, "exec"), scope)  # noqa: S102 (our own source)
         self.replay, self.guard = scope["replay"], scope["guard"]
         self.steps = len(body)
@@ -130,11 +133,23 @@ def _tensor(cls: type, data: Any, device: Any) -> Value:
     return cls.make_const(data, device=device)
 
 
+def _grad_of(v: Value) -> Any:
+    """The array of `v.grad` at replay (the step read a gradient it did not compute)."""
+    grad = v._grad
+    if grad is None:
+        raise RuntimeError(f"ndl.compile: the step reads the .grad of a "
+                           f"{type(v).__name__} of shape {tuple(v._array.shape)}, which is "
+                           "None now (it was set when the step was recorded)")
+    if grad.__class__ is weakref.ref:
+        grad = grad()
+    return grad._array if isinstance(grad, Value) else grad
+
+
 def _device_of(rec: Recorder, name: str) -> Any:
     """The device of the array in slot `name` (for a host read at replay)."""
     from ..backends import device_of
 
-    return device_of(rec.objs[int(name[1:])])
+    return device_of(rec.obj(int(name[1:])))
 
 
 def _schedule(lines: list[tuple[str, str, bool]], out: str) -> list[str]:
