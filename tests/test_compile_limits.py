@@ -408,3 +408,40 @@ def test_bool_of_a_tensor_reads_one_element(device):
     assert bool(ndl.Tensor([2.0], device=device)) and not bool(ndl.Tensor(0.0, device=device))
     with pytest.raises(RuntimeError, match="ambiguous"):
         bool(ndl.Tensor([1.0, 2.0], device=device))
+
+
+def test_an_array_function_is_replayed_and_an_op_holding_a_tensor_is_refused(device):
+    from needle.autograd import array_function
+
+    @array_function
+    def clipped(a, low: float):  # a raw-array helper of the user's, marked
+        return device.xp.maximum(a, low)
+
+    class Shift(ndl.TensorOp):  # an op holding an array (an input of the replay)
+        def __init__(self, by):
+            self.by = by
+
+        def compute(self, a):
+            return a + self.by
+
+        def gradient(self, out_grad, node):
+            return out_grad
+
+    rng = np.random.default_rng(4)
+    xs = [ndl.Tensor(rng.standard_normal((3,)).astype(np.float32), device=device)
+          for _ in range(3)]
+
+    def fn(x):
+        return Shift(clipped(x * 2, 0.5))(x)
+
+    step = ndl.compile(fn)
+    for x in xs:
+        assert np.array_equal(step(x).numpy(), fn(x).numpy())
+    assert step.captures == 1
+
+    class Holds(Shift):
+        def compute(self, a):
+            return a + self.by._array
+
+    with pytest.raises(ndl.CompileError, match="holds a Tensor"):
+        ndl.compile(lambda x: Holds(x * 2)(x))(xs[0])

@@ -196,6 +196,14 @@ class Recorder(StateHooks):
     def _run_op(self, op: Any, arrays: list, exprs: list[str], forward: bool) -> tuple:
         attrs = hasattr(op, "__dict__")
         state = dict(vars(op)) if attrs else {}
+        slots = [getattr(op, n, None) for c in type(op).__mro__ for n in c.__dict__.get(
+            "__slots__", ()) if n != "__weakref__"]
+        for v in [*state.values(), *slots]:
+            if isinstance(v, Value) or (not attrs and has_array(v)):
+                raise CompileError(
+                    f"ndl.compile({self.name}): {type(op).__name__} holds a "
+                    f"{'Tensor' if isinstance(v, Value) else 'array in a slot'}, at {where()}; "
+                    "a compiled step replays ops whose arrays are inputs or plain attributes")
         mine = copy.copy(op)  # the program's own: array attributes are set at each replay
         name = self.const(mine)
         for attr, v in state.items():  # arrays the op holds (labels, saved values) are inputs

@@ -9,7 +9,8 @@ from typing import Any
 
 from ..autograd.graph import Value
 
-_NEEDLE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_NEEDLE = os.path.dirname(_HERE)
 
 
 class CompileError(RuntimeError):
@@ -22,7 +23,10 @@ def where() -> str:
     frames = traceback.extract_stack()[:-1]
     inner = None
     for frame in reversed(frames):
-        if os.path.abspath(frame.filename).startswith(_NEEDLE + os.sep):
+        path = os.path.abspath(frame.filename)
+        if path.startswith(_HERE + os.sep) or frame.filename.startswith("<ndl.compile"):
+            continue  # the recorder's own frames
+        if path.startswith(_NEEDLE + os.sep):
             inner = inner or frame
             continue
         text = f"{frame.filename}:{frame.lineno} ({frame.line})"
