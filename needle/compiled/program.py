@@ -1,11 +1,11 @@
 """A recorded step as one Python function over arrays: guards, the recorded lines, the result.
 
 The recorder's lines become the body of `replay(v0, v1, ...)` (the step's Tensor arguments):
-first the guards (the train/eval mode of every Module called, the requires_grad, shape and
-dtype of every Tensor read that was made before the step: a change raises `Retrace`, and
-the step is recorded again), then one line per recorded operation, with each array slot
-deleted after its last use (so intermediates are freed as eager frees them), and lines
-that only pick elements nobody reads dropped. No Tensor, Value or graph node is made but
+first the guards (the train/eval mode of every Module called, the requires_grad, device,
+shape and dtype of every Tensor read that was made before the step: a change raises
+`Retrace`, before anything ran, and the step is recorded again), then one line per recorded
+operation, with each array slot deleted after its last use (so intermediates are freed as
+eager frees them), and computations whose results nobody reads dropped. No Tensor, Value or graph node is made but
 the Tensors of the result.
 """
 
@@ -21,7 +21,7 @@ from ..autograd.graph import Value, mark_modified
 from .recorder import Recorder
 from .support import HOST_READS, CompileError
 
-_SLOT = re.compile(r"\ba(\d+)\b")
+_SLOT = re.compile(r"(?<![.\w])a(\d+)\b")  # a slot's name (not an attribute's)
 _counter = itertools.count()
 
 
@@ -62,10 +62,10 @@ class Program:
                     f"(shape {tuple(getattr(v._array, 'shape', ()))}) was replaced inside it "
                     "without needle.autograd.mark_modified (or outside an Optimizer's step): "
                     "the change cannot be replayed")
-        self.guards = [(v, rg, shape, dtype) for v, rg, shape, dtype in rec.guards.values()]
+        self.guards = list(rec.guards.values())
         self.seen: list[Any] = [None] * len(self.guards)
         head = []
-        for i, (v, rg, _, _) in enumerate(self.guards):
+        for i, (v, rg, *_) in enumerate(self.guards):
             k = rec.const(v)
             head.append(f"if {k}.requires_grad is not {rg} or {k}._array is not _seen[{i}]: "
                         f"_check({i})")
@@ -76,8 +76,9 @@ class Program:
         self.source = "\n    ".join([f"def replay({params}):", *head, *body, f"return {out}"])
         self.source += "\n\n" + "\n    ".join(["def guard():", *head, "return None"])
         filename = f"<ndl.compile {rec.name} #{next(_counter)}>"
-        linecache.cache[filename] = (len(self.source), None,
+        linecache.cache[filename] = (len(self.source), None,  # (tracebacks show the line)
                                      self.source.splitlines(True), filename)
+        weakref.finalize(self, linecache.cache.pop, filename, None)
         scope = dict(rec.consts, _seen=self.seen, _check=self._check, _Retrace=Retrace,
                      _mark_modified=mark_modified, _tensor=_tensor, _host=HOST_READS,
                      _grad_of=_grad_of)
@@ -117,10 +118,10 @@ class Program:
         return rec.const(obj)
 
     def _check(self, i: int) -> None:
-        """The slow guard of Tensor i: same requires_grad, shape and dtype as recorded."""
-        v, requires_grad, shape, dtype = self.guards[i]
+        """The slow guard of Tensor i: same requires_grad, device, shape and dtype as recorded."""
+        v, requires_grad, shape, dtype, device = self.guards[i]
         data = v._array
-        if v.requires_grad is not requires_grad or (shape is not None and (
+        if v.requires_grad is not requires_grad or v.device != device or (shape is not None and (
                 tuple(data.shape) != shape or data.dtype != dtype)):
             raise Retrace
         self.seen[i] = data

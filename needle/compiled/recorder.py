@@ -44,7 +44,7 @@ class Recorder(StateHooks):
         self.args: dict[int, str] = {}  # id(argument Value) -> its name in the program
         # id(outside Value) -> slot of its data (until a replayed call), and what replays check
         self.reads: dict[int, int] = {}
-        self.guards: dict[int, tuple] = {}  # -> (Value, requires_grad, shape, dtype)
+        self.guards: dict[int, tuple] = {}  # -> (Value, requires_grad, shape, dtype, device)
         self.last: dict[int, Any] = {}  # id(outside Value) -> the data the program knows it has
         self.modules: dict[int, tuple] = {}  # id(Module) -> (Module, training)
         self.moded: set[int] = set()  # ids of Modules whose mode the step sets itself
@@ -157,7 +157,7 @@ class Recorder(StateHooks):
             data = v._array
             shape = None if isinstance(data, tuple) else tuple(data.shape)
             dtype = None if isinstance(data, tuple) else data.dtype
-            self.guards[id(v)] = (v, v.requires_grad, shape, dtype)
+            self.guards[id(v)] = (v, v.requires_grad, shape, dtype, v.device)
         name = self.register(v._array, f"{self.const(v)}._array")
         self.reads[id(v)] = int(name[1:])
         self.last[id(v)] = v._array
