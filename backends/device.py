@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import numpy as np
@@ -19,6 +20,35 @@ DLPACK_DEVICE_TYPES = {1: "CPU", 2: "CUDA", 3: "CUDA host", 4: "OpenCL", 7: "Vul
                        14: "oneAPI"}
 
 
+# ndl.compile's hook while it captures a step, else None: the creation and random methods
+# named in RECORDED then go through it, so the step records them and runs them again at
+# each replay (a draw gives new numbers from the same generator, as eager would)
+_CALL_HOOK: Callable | None = None
+
+#: the Device methods that make arrays outside any op (recorded by ndl.compile)
+RECORDED = ("zeros", "ones", "full", "empty", "one_hot", "asarray", "rand", "randn",
+            "random", "uniform", "normal", "bernoulli")
+
+
+def set_call_hook(hook: Callable | None) -> None:
+    """Install (or remove, with None) ndl.compile's recorder of the RECORDED methods."""
+    global _CALL_HOOK
+    _CALL_HOOK = hook
+
+
+def _recorded(method: Callable) -> Callable:
+    """`method`, going through the call hook while one is installed."""
+
+    @functools.wraps(method)
+    def recorded(self: Device, *args: Any, **kwargs: Any) -> Any:
+        if _CALL_HOOK is None:
+            return method(self, *args, **kwargs)
+        return _CALL_HOOK(method, self, args, kwargs)
+
+    recorded.is_recorded = True
+    return recorded
+
+
 class Device:
     """A place where arrays live: an array-API namespace plus a native device object.
 
@@ -32,6 +62,13 @@ class Device:
     kind = "device"
     #: the seed of the last `needle.manual_seed` (devices made after it start from it too)
     global_seed: int | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in RECORDED:  # a device's own draws (random) are recorded too
+            method = cls.__dict__.get(name)
+            if method is not None and not getattr(method, "is_recorded", False):
+                setattr(cls, name, _recorded(method))
 
     def __init__(self, index: int = 0):
         self.index = index
@@ -350,6 +387,11 @@ class Device:
         if dt is not None:  # cast on the host, so the data is copied once
             host = host.astype(self.public_dtype(dt), copy=False)
         return self.from_numpy(host)
+
+
+for _name in RECORDED:
+    setattr(Device, _name, _recorded(getattr(Device, _name)))
+del _name
 
 
 def _shape(shape: tuple) -> tuple:

@@ -8,8 +8,10 @@ PyTorch, and each one's peak RSS. Every epoch runs in a fresh process: in one pr
 OpenBLAS's worker threads (numpy) and PyTorch's spin-wait after their calls and slow each
 other down (PyTorch measured 7x slower beside numpy on this 2-core machine). The numpy column
 is the limit: the same maths by hand, with Adam in place over one flat buffer in cache-sized
-chunks. needle runs twice: with the course's `loss.backward()`, which records the gradients'
-graph (second order), and with `backward(create_graph=False)`, PyTorch's default.
+chunks. needle runs three times: with the course's `loss.backward()`, which records the
+gradients' graph (second order), with `backward(create_graph=False)`, PyTorch's default, and
+with that step compiled by `ndl.compile` (recorded at the first batch, replayed after; the
+recording is part of the epoch's time).
 
     python benchmarks/mlp_resnet.py --hidden 100
     python benchmarks/mlp_resnet.py --hidden 1024 --examples 20000
@@ -33,20 +35,28 @@ def batches(n: int, bs: int):
     return [np.arange(i, min(i + bs, n)) for i in range(0, n, bs)]
 
 
-def needle_epoch(X, y, hidden, bs, device, create_graph: bool = True) -> float:
+def needle_epoch(X, y, hidden, bs, device, create_graph: bool = True,
+                 compiled: bool = False) -> float:
     np.random.seed(0)
     model = MLPResNet(784, hidden, device=device)
     opt = ndl.optim.Adam(model.parameters(), lr=0.001, weight_decay=0.001)
     loss_fn = ndl.nn.SoftmaxLoss()
     model.train()
-    start = time.perf_counter()
-    for idx in batches(len(X), bs):
-        xb = ndl.Tensor(X[idx], device=device, requires_grad=False)
-        yb = ndl.Tensor(y[idx], device=device, requires_grad=False)
+
+    def step(xb, yb):
         loss = loss_fn(model(xb), yb)
         opt.reset_grad()
         loss.backward(create_graph=create_graph)  # the course's backward() records a graph
         opt.step()
+        return loss
+
+    if compiled:
+        step = ndl.compile(step)
+    start = time.perf_counter()
+    for idx in batches(len(X), bs):
+        xb = ndl.Tensor(X[idx], device=device, requires_grad=False)
+        yb = ndl.Tensor(y[idx], device=device, requires_grad=False)
+        step(xb, yb)
     return time.perf_counter() - start
 
 
@@ -232,7 +242,7 @@ def epoch_of(which: str, X, y, args) -> float:
         return numpy_epoch(X, y, args.hidden, args.batch_size)
     device = getattr(ndl.backends, args.device)()
     return needle_epoch(X, y, args.hidden, args.batch_size, device,
-                        create_graph=which == "needle")
+                        create_graph=which == "needle", compiled=which == "needle-compiled")
 
 
 def main() -> None:
@@ -243,7 +253,8 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda", "strict"])
     parser.add_argument("--rounds", type=int, default=5,
                         help="rounds; each runs one epoch of every framework")
-    parser.add_argument("--one", choices=["pytorch", "numpy", "needle", "needle-nograph"],
+    parser.add_argument("--one", choices=["pytorch", "numpy", "needle", "needle-nograph",
+                                          "needle-compiled"],
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
@@ -258,13 +269,14 @@ def main() -> None:
     try:
         import torch
 
-        names = ["pytorch", "numpy", "needle", "needle-nograph"]
+        names = ["pytorch", "numpy", "needle", "needle-nograph", "needle-compiled"]
         label = {"pytorch": f"pytorch {torch.__version__} cpu ({torch.get_num_threads()} thr)"}
     except ImportError:
         print("  (PyTorch not installed: pip install torch to compare)")
-        names, label = ["numpy", "needle", "needle-nograph"], {}
+        names, label = ["numpy", "needle", "needle-nograph", "needle-compiled"], {}
     label.update({"numpy": "numpy limit (hand-written)", "needle": f"needle {args.device}",
-                  "needle-nograph": "  backward(create_graph=False)"})
+                  "needle-nograph": "  backward(create_graph=False)",
+                  "needle-compiled": "  that step, ndl.compile"})
     extra = ["--hidden", str(args.hidden), "--examples", str(args.examples), "--batch-size",
              str(args.batch_size), "--device", args.device]
     results = fresh_process_rounds(__file__, names, args.rounds, extra)

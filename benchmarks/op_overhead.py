@@ -1,7 +1,8 @@
 """Per-op framework overhead: forward + backward of a chain of 100 adds and muls on (4, 4).
 
 Prints microseconds per op for needle (cpu; with the course's `backward()`, which records the
-gradients' graph, and with `backward(create_graph=False)`, PyTorch's default), PyTorch CPU
+gradients' graph, with `backward(create_graph=False)`, PyTorch's default, and with that chain
+compiled by `ndl.compile`, recorded once and replayed by every later call), PyTorch CPU
 (when installed) and a hand-written numpy forward + backward of the same chain, all measured
 in this run, and each one's ratio to PyTorch.
 
@@ -75,6 +76,7 @@ def main() -> None:
     a, w = ndl.Tensor(a_np), ndl.Tensor(w_np)
     runs = {"needle cpu": (needle_chain, a, w),
             "  backward(create_graph=False)": (needle_chain_nograph, a, w),
+            "  that chain, ndl.compile": (ndl.compile(needle_chain_nograph), a, w),
             "numpy (hand-written)": (numpy_chain, a_np, w_np)}
     try:
         import torch

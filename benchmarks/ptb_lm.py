@@ -5,9 +5,11 @@
 transformer: width 64, 1 layer of 8 heads of 32, Adam lr 0.001 on a cosine schedule); batch
 20, windows of 40 tokens.
 
-1. One training epoch, each framework in a fresh process: seconds, tokens per second, the
-   ratio to PyTorch, and the peak memory of the epoch (peak RSS minus the RSS once model and
-   data were built). Then where needle's time goes (cProfile, by function, in this process).
+1. One training epoch, each framework in a fresh process (needle also with its step compiled
+   by `ndl.compile`: the same loop as `run_lm_epoch`, its recordings included in the epoch's
+   time): seconds, tokens per second, the ratio to PyTorch, and the peak memory of the epoch
+   (peak RSS minus the RSS once model and data were built). Then where needle's time goes
+   (cProfile, by function, in this process).
 2. With --epochs N: both train N epochs of the same recipe and report held-out perplexity
    after each; PyTorch twice, with its own initialisation and with needle's initial weights
    copied in (the course's init differs from PyTorch's: this separates init from numerics).
@@ -31,7 +33,7 @@ from harness import fresh_process_rounds, peak_rss_mb, reset_peak_rss, rss_mb
 import needle as ndl
 from needle.apps import simple_ml, train
 from needle.apps.models import LanguageModel
-from needle.data.ptb import batchify, builtin_ptb_corpus
+from needle.data.ptb import batchify, builtin_ptb_corpus, get_batch
 
 BATCH, BPTT = 20, 40  # the course's batch and window; the rest is needle-train's recipe
 
@@ -78,6 +80,46 @@ def needle_setup(vocab: int, model_name: str = "lstm", epochs: int = 1):
         model.eval()
         return simple_ml.run_lm_epoch(test, model, loss_fn, None, BPTT)
     return epoch, evaluate
+
+
+def needle_compiled_setup(vocab: int, model_name: str = "lstm", epochs: int = 1):
+    """needle_setup's training epoch with the step compiled: run_lm_epoch's loop, with the
+    forward, backward, clipping and optimizer step recorded once per window length."""
+    r = recipe(model_name)
+    model = needle_model(vocab, model_name)
+    optimizer = {"sgd": ndl.optim.SGD, "adam": ndl.optim.Adam}[r["optimizer"]]
+    opt = optimizer(model.parameters(), lr=r["lr"], weight_decay=r["weight_decay"])
+    loss_fn, params, clip = ndl.nn.SoftmaxLoss(), model.parameters(), r["clip"] or None
+    done = [0]
+
+    @ndl.compile
+    def step(X, y, h):
+        logits, h = model(X, h)
+        loss = loss_fn(logits, y)
+        opt.reset_grad()
+        loss.backward(create_graph=False)
+        if clip:
+            ndl.nn.utils.clip_grad_norm_(params, clip)
+        opt.step()
+        return logits, loss, h
+
+    def epoch(train_data):
+        opt.lr = lr_at(r, done[0], epochs)  # read by the replayed opt.step()
+        done[0] += 1
+        model.train()
+        xp, h, correct, total, count = ndl.cpu().xp, None, None, None, 0
+        for i in range(0, train_data.shape[0] - 1, BPTT):
+            X, y = get_batch(train_data, i, BPTT)
+            logits, loss, h = step(X, y, h)
+            n = y.shape[0]  # run_lm_epoch's bookkeeping, kept on the device
+            right = xp.sum(xp.astype(xp.argmax(logits._array, axis=1)
+                                     == xp.astype(y._array, xp.int64), xp.int64))
+            part = xp.astype(loss._array, xp.float64) * n
+            correct = right if correct is None else correct + right
+            total = part if total is None else total + part
+            count += n
+        return int(correct) / count, float(total) / count
+    return epoch, None
 
 
 def copy_weights(source: LanguageModel, target) -> None:
@@ -167,7 +209,9 @@ def one_process(which: str, model: str, threads: int | None) -> dict:
 
         torch.set_num_threads(threads)
     train, test, vocab = data()
-    epoch, _ = (torch_setup if which == "pytorch" else needle_setup)(vocab, model)
+    setup = {"pytorch": torch_setup, "needle": needle_setup,
+             "needle-compiled": needle_compiled_setup}[which]
+    epoch, _ = setup(vocab, model)
     reset_peak_rss()
     before = rss_mb()
     start = time.perf_counter()
@@ -197,13 +241,14 @@ def main() -> None:
     print(f"PTB built-in split: {train.size} training / {test.size} held-out tokens (batchified),"
           f" vocabulary {vocab}; torch {torch.__version__} ({torch.get_num_threads()} threads)")
     extra = ["--model", args.model] + (["--threads", str(args.threads)] if args.threads else [])
-    results = fresh_process_rounds(__file__, ["needle", "pytorch"], args.rounds, extra)
+    results = fresh_process_rounds(__file__, ["needle", "needle-compiled", "pytorch"],
+                                   args.rounds, extra)
     base = float(np.median([r["s"] for r in results["pytorch"]]))
     print(f"\none training epoch of the {args.model} language model (median of the rounds):")
     for which, rs in results.items():
         secs = float(np.median([r["s"] for r in rs]))
         tps = float(np.median([r["tokens_per_s"] for r in rs]))
-        print(f"  {which:8s} {secs:6.2f} s  {secs / base:5.2f}x pytorch  {tps:8.0f} tokens/s  "
+        print(f"  {which:15s} {secs:6.2f} s  {secs / base:5.2f}x pytorch  {tps:8.0f} tokens/s  "
               f"peak +{max(r['peak_mb'] for r in rs):.0f} MB")
 
     print("\nwhere needle's epoch goes (cProfile, top functions by own time):")

@@ -1,7 +1,8 @@
 """One training step of the course's decoder-only Transformer: needle cpu vs PyTorch CPU.
 
 Transformer(E=64, hidden=128, layers=2, heads=4, dim_head=16) on (B=16, T=64): forward,
-backward of the mean square of the output, one Adam step; each framework in a fresh process,
+backward of the mean square of the output, one Adam step (needle also with that step compiled
+by `ndl.compile`, recorded in the warm-up); each framework in a fresh process,
 alternating, with the step's peak memory (peak RSS over the steps minus the RSS once model and
 batch were built). The PyTorch model is written here to the same design (pre-norm attention
 with LayerNorm on q, k and v, bias-free projections, causal mask, ReLU feed-forward, a
@@ -80,7 +81,7 @@ def torch_transformer(embedding_size: int, hidden_size: int, num_layers: int, nu
     return Model()
 
 
-def needle_step():
+def needle_step(compiled: bool = False):
     np.random.seed(0)
     model = ndl.nn.Transformer(E, HIDDEN, LAYERS, num_head=HEADS, dim_head=DIM_HEAD)
     opt = ndl.optim.Adam(model.parameters(), lr=1e-3)
@@ -93,7 +94,7 @@ def needle_step():
         out, _ = model(X)
         ((out * out).sum() / math.prod(out.shape)).backward()
         opt.step()
-    return step
+    return ndl.compile(step) if compiled else step
 
 
 def torch_step():
@@ -118,7 +119,7 @@ def one_process(which: str, steps: int, threads: int | None) -> dict:
         import torch
 
         torch.set_num_threads(threads)
-    step = torch_step() if which == "pytorch" else needle_step()
+    step = torch_step() if which == "pytorch" else needle_step(which == "needle-compiled")
     return timed_steps(step, steps)
 
 
@@ -136,12 +137,12 @@ def main() -> None:
           f"dim_head={DIM_HEAD}) on (B={B}, T={T}); {args.rounds} rounds of {args.steps} steps")
     extra = ["--steps", str(args.steps)] + (["--threads", str(args.threads)] if args.threads
                                             else [])
-    names = ["needle", "pytorch"]
+    names = ["needle", "needle-compiled", "pytorch"]
     results = fresh_process_rounds(__file__, names, args.rounds, extra)
     base = float(np.median([r["ms"] for r in results["pytorch"]]))
     for which, rs in results.items():
         ms = float(np.median([r["ms"] for r in rs]))
-        print(f"  {which:8s} {ms:8.1f} ms/step  {ms / base:5.2f}x pytorch  "
+        print(f"  {which:15s} {ms:8.1f} ms/step  {ms / base:5.2f}x pytorch  "
               f"step peak +{max(r['peak_mb'] for r in rs):.0f} MB")
 
 

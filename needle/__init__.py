@@ -17,6 +17,7 @@ from .autograd import (
 from .backend_ndarray import course_getattr as _course_getattr
 from .backends import DEVICES, Device, all_devices, cpu_numpy, default_device, manual_seed
 from .serialization import load, load_safetensors, save, save_safetensors
+from .compiled import CompileError, compile
 from .interop import from_dlpack
 from .init import ones, ones_like, zeros, zeros_like
 from .ops import *  # noqa: F403
@@ -28,7 +29,8 @@ __all__ = [
     "Op", "Tensor", "TensorOp", "TensorTuple", "TensorTupleOp", "Value", "is_grad_enabled",
     "no_grad", "enable_grad", "set_grad_enabled",
     "Device", "all_devices", "cpu_numpy", "default_device", *DEVICES, "manual_seed",
-    "load", "save", "load_safetensors", "save_safetensors", "from_dlpack",
+    "load", "save", "load_safetensors", "save_safetensors", "from_dlpack", "compile",
+    "CompileError",
     "ones", "ones_like", "zeros", "zeros_like",
 ]
 __all__ += ops.__all__

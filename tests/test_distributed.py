@@ -293,6 +293,12 @@ def test_two_ranks_match_one_process_on_the_global_batch_with_sgd_and_adam():
 
 
 @needs_mpiexec
+def test_a_compiled_step_replays_the_averaging_of_the_gradients():
+    lines = _ok_lines(mpiexec([str(HERE / "mpi_cases.py"), "compiled"], timeout=120))
+    assert sorted(lines) == ["rank 0 ok compiled", "rank 1 ok compiled"], lines
+
+
+@needs_mpiexec
 def test_gradients_that_share_memory_are_averaged_once():
     lines = _ok_lines(mpiexec([str(HERE / "mpi_cases.py"), "shared"], timeout=120))
     assert sorted(lines) == ["rank 0 ok shared gradients", "rank 1 ok shared gradients"], lines

@@ -14,19 +14,22 @@ from .engine import ArrayNode, backward
 from .graph import (
     Op,
     Value,
+    array_function,
     array_of,
     check_versions,
     find_topo_sort,
     live_values,
     mark_modified,
+    replayed,
 )
 from .tensor import OneHotAdjoint, Tensor, TensorOp, TensorTuple, TensorTupleOp, constant_like
 
 __all__ = [
     "ArrayNode", "OneHotAdjoint", "Op", "Tensor", "TensorOp", "TensorTuple", "TensorTupleOp",
-    "Value", "array_of", "backward", "check_versions", "compute_gradient_of_variables",
-    "constant_like", "enable_grad", "find_topo_sort", "is_grad_enabled", "live_values",
-    "mark_modified", "no_grad", "set_grad_enabled",
+    "Value", "array_function", "array_of", "backward", "check_versions",
+    "compute_gradient_of_variables", "constant_like", "enable_grad", "find_topo_sort",
+    "is_grad_enabled", "live_values", "mark_modified", "no_grad", "replayed",
+    "set_grad_enabled",
 ]
 
 

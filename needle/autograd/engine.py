@@ -42,6 +42,12 @@ def backward(output: Value, out_grad: Any) -> None:
     """Set `.grad` of every value `output` depends on, for the adjoint `out_grad` of `output`
     (a Tensor while grad mode is on, else a raw array)."""
     record = _grad_enabled()
+    tracer = graph._TRACER
+    raw_leaves = False
+    if tracer is not None and not record and tracer.recording():
+        # ndl.compile records every array operation, and raw arrays' operators escape it:
+        # the recording walk gives the same numbers, and the leaves their arrays
+        out_grad, record, raw_leaves = tracer.constant(output, out_grad), True, True
     view = None if record else ArrayNode()
     partials_of: dict[Value, list] = {output: [out_grad]}
     clock = graph._VERSION_CLOCK
@@ -61,6 +67,8 @@ def backward(output: Value, out_grad: Any) -> None:
         op = node.op
         if op is None:
             node._grad = grad
+            if tracer is not None:
+                tracer.grad_set(node, raw_leaves)
             continue
         if record:
             # An intermediate node holds a recorded adjoint weakly: that adjoint's graph

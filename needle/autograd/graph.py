@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from operator import attrgetter
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from ..backend_ndarray import unwrap as _raw
 from ..backend_ndarray import view as _course_view
@@ -19,6 +20,10 @@ from ..grad_mode import _grad_enabled
 _VERSION_CLOCK = 0
 _version_lock = threading.Lock()
 _requires_grad = attrgetter("requires_grad")
+
+# ndl.compile's recorder while it captures a step (needle/compiled/), else None: every hook
+# below costs eager code one test of this global
+_TRACER: Any = None
 
 
 class Op:
@@ -92,16 +97,22 @@ class Value:
     def realize_cached_data(self) -> Any:
         """The course's accessor: the cached array as an NDArray view (`.numpy()`, `.shape`,
         `.device`, ...) sharing the tensor's data."""
+        if _TRACER is not None:
+            _TRACER.course_view(self)
         return _course_view(self._array, self.device)
 
     @property
     def cached_data(self) -> Any:
         """The course's cached array as an NDArray view sharing the tensor's data; assigning
         an NDArray or a device array replaces it."""
+        if _TRACER is not None:
+            _TRACER.course_view(self)  # raises while a step is captured
         return _course_view(self._array, self.device)
 
     @cached_data.setter
     def cached_data(self, data: Any) -> None:
+        if _TRACER is not None:
+            _TRACER.course_view(self)
         self._array = _raw(data)
         mark_modified(self)  # a graph built on this value would now read the new data
 
@@ -120,15 +131,20 @@ class Value:
         """The adjoint set by the last backward() through this value (None before)."""
         grad = self._grad
         if grad is None or isinstance(grad, Value):
-            return grad
-        if grad.__class__ is weakref.ref:
-            return grad()
-        grad = self._grad = self._wrap_adjoint(grad)  # an array: a constant when first read
+            pass
+        elif grad.__class__ is weakref.ref:
+            grad = grad()
+        else:
+            grad = self._grad = self._wrap_adjoint(grad)  # an array: a constant when first read
+        if _TRACER is not None and grad is not None:
+            _TRACER.grad_read(self, grad)
         return grad
 
     @grad.setter
     def grad(self, value: Value | None) -> None:
         self._grad = value
+        if _TRACER is not None:
+            _TRACER.grad_set(self)
 
     def _wrap_adjoint(self, grad: Any) -> Value:
         """A constant Value of this kind holding an adjoint array (Tensor, TensorTuple)."""
@@ -171,6 +187,8 @@ class Value:
         self._grad = None
         self._version = 0
         self.saved = None
+        if _TRACER is not None:
+            _TRACER.created(self)
 
     @classmethod
     def make_const(cls, data: Any, requires_grad: bool = False, *, device: Device | None = None):
@@ -201,7 +219,9 @@ class Value:
         value._grad = None
         value.requires_grad = requires_grad
         value._version = _VERSION_CLOCK
-        if op.saves:
+        if _TRACER is not None:
+            value._array, saved = _TRACER.op(op, inputs, value)
+        elif op.saves:
             value._array, saved = op.forward(*[x._array for x in inputs])
         else:
             value._array, saved = op.compute(*[x._array for x in inputs]), None
@@ -218,6 +238,8 @@ def _evaluate(op: Op, inputs: tuple) -> Any:
         if isinstance(x, Value):
             raise TypeError(f"{type(op).__name__}: got both Tensors and raw arrays as inputs; "
                             "wrap the arrays in Tensors (or pass arrays only)")
+    if _TRACER is not None:
+        return _TRACER.evaluate(op, inputs)
     return op.compute(*inputs)
 
 
@@ -241,6 +263,8 @@ def mark_modified(*values: Value) -> None:
         _VERSION_CLOCK += 1
         for value in values:
             value._version = _VERSION_CLOCK
+    if _TRACER is not None:
+        _TRACER.modified(values)
 
 
 def check_versions(node: Value) -> None:
@@ -306,6 +330,35 @@ def live_values() -> int:
     import gc
 
     return sum(1 for o in gc.get_objects() if issubclass(type(o), Value))
+
+
+def array_function(fn: Callable) -> Callable:
+    """Mark `fn`, a function of raw arrays run outside any op's `compute` (a Dropout mask, a
+    gradient rule's constant), so that `ndl.compile` records each call as one step and runs
+    it again at replay. Tensor arguments are passed to `fn` as their arrays; other
+    arguments (namespaces, numbers, dtypes) are constants of the recorded step."""
+
+    @functools.wraps(fn)
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        if _TRACER is not None:
+            return _TRACER.call(fn, args, kwargs)
+        return fn(*[a._array if isinstance(a, Value) else a for a in args], **kwargs)
+
+    return recorded
+
+
+def replayed(fn: Callable) -> Callable:
+    """Mark `fn` (an optimizer's step, gradient clipping) as one step for `ndl.compile`: it
+    runs again as it is at each replay, reading the parameters and their `.grad` then, so its
+    own settings (a learning rate changed between calls) are read at replay time."""
+
+    @functools.wraps(fn)
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        if _TRACER is not None:
+            return _TRACER.opaque(fn, args, kwargs)
+        return fn(*args, **kwargs)
+
+    return recorded
 
 
 def array_of(x: Any) -> Any:

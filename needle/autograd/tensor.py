@@ -7,6 +7,7 @@ from typing import Any
 from ..backend_ndarray import NDArray
 from ..backends import Device, default_device
 from ..grad_mode import no_grad
+from . import graph as _graph
 from .engine import backward
 from .graph import Op, Value, mark_modified
 
@@ -125,15 +126,34 @@ class Tensor(Value):
 
     def numpy(self):
         """A host (numpy) copy of the data."""
+        if _graph._TRACER is not None:
+            return _graph._TRACER.host_read(self, "numpy")
         return self.device.to_numpy(self._realize())
 
     def item(self) -> float | int | bool:
         """The value of a one-element tensor as a Python number."""
-        return self.numpy().item()
+        if _graph._TRACER is not None:
+            return _graph._TRACER.host_read(self, "item")
+        return self.device.to_numpy(self._realize()).item()
 
     def __float__(self) -> float:
         """`float(t)` of a one-element tensor (a read to the host, as in PyTorch)."""
-        return float(self.item())
+        if _graph._TRACER is not None:
+            return _graph._TRACER.host_read(self, "float")
+        return float(self.device.to_numpy(self._realize()).item())
+
+    def __bool__(self) -> bool:
+        """The truth of a one-element tensor's value (a read to the host, as in PyTorch);
+        RuntimeError for other sizes, whose truth is ambiguous."""
+        if _graph._TRACER is not None:
+            _graph._TRACER.control_flow(self)  # raises while a step is captured
+        size = 1
+        for n in self._array.shape:
+            size *= n
+        if size != 1:
+            raise RuntimeError(f"the truth value of a Tensor of shape {self.shape} is "
+                               "ambiguous; use a one-element Tensor, or compare shapes")
+        return bool(self.device.to_numpy(self._realize()).item())
 
     def __len__(self) -> int:
         shape = self.shape
@@ -160,7 +180,10 @@ class Tensor(Value):
     # ----- graph members -----------------------------------------------------------------
     def detach(self) -> Tensor:
         """A new constant tensor sharing this tensor's storage."""
-        return Tensor.make_const(self._realize(), device=self.device)
+        out = Tensor.make_const(self._realize(), device=self.device)
+        if _graph._TRACER is not None:
+            _graph._TRACER.alias(out, self)
+        return out
 
     @property
     def data(self) -> Tensor:

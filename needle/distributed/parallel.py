@@ -14,6 +14,7 @@ import math
 from typing import Any
 
 from ..autograd import Tensor
+from ..autograd.graph import replayed
 from ..nn import Module
 from ..optim import Optimizer
 from . import comm
@@ -73,6 +74,7 @@ class DistributedOptimizer:
         else:
             setattr(self.optimizer, name, value)
 
+    @replayed  # ndl.compile replays the whole of it: the averaging too
     def step(self) -> None:
         """Average the gradients over all ranks, then update as the wrapped optimizer does."""
         self.allreduce_gradients()

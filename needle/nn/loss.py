@@ -27,7 +27,6 @@ class SoftmaxLoss(Module):
             raise ValueError(f"SoftmaxLoss: logits on {logits.device}, labels on {y.device}; "
                              "move them with .to()")
         # checked by one 0-d reduction read back (on an accelerator: at the next read)
-        labels = as_index_array(y.device.xp, y._realize(), k, "SoftmaxLoss", "labels",
-                                y.device)
+        labels = as_index_array(y.device.xp, y, k, "SoftmaxLoss", "labels", y.device)
         # one fused op: shifted by the row max first, so huge float32 logits keep their answer
         return ops.softmax_cross_entropy(logits, labels)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import operator
 from typing import Any, Iterator, Mapping
 
-from ..autograd import Tensor, mark_modified
+from ..autograd import Tensor, graph, mark_modified
 from ..backends import Device
 
 
@@ -188,6 +188,7 @@ class Module:
                 if isinstance(t, Tensor)}
 
     # ----- modes -------------------------------------------------------------------------
+    @graph.replayed  # ndl.compile replays a change of mode made inside a step
     def train(self, mode: bool = True) -> Module:
         """Set training mode on this module and all its descendants."""
         self.training = mode
@@ -260,6 +261,8 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if graph._TRACER is not None:
+            graph._TRACER.module(self)  # ndl.compile: replays check the train/eval mode
         return self.forward(*args, **kwargs)
 
     # ----- printing ----------------------------------------------------------------------

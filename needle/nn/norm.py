@@ -4,8 +4,22 @@ from __future__ import annotations
 
 from .. import init, ops
 from ..autograd import Tensor, mark_modified
+from ..autograd.graph import array_function
 from ..backends import Device
 from .module import Module, Parameter, check_size
+
+
+@array_function
+def _inv_std(var, eps: float):
+    """(var + eps) ** -0.5: the eval-mode scale of the running variance."""
+    return (var + eps) ** -0.5
+
+
+@array_function
+def _moving_average(xp, old, batch, m: float):
+    """(1 - m) old + m batch, with the (1, dim) batch statistic flattened, in old's dtype."""
+    new = old * (1.0 - m) + xp.reshape(batch, (-1,)) * m
+    return new if new.dtype == old.dtype else xp.astype(new, old.dtype)
 
 
 class BatchNorm1d(Module):
@@ -43,7 +57,7 @@ class BatchNorm1d(Module):
         if not self.training:
             # the running statistics are constants: fold them into one scale and one shift
             # on the (dim,) vectors, so the batch is passed over twice, as PyTorch does
-            inv_std = (self.running_var._realize() + self.eps) ** -0.5
+            inv_std = _inv_std(self.running_var, self.eps)
             scale = self.weight * Tensor.make_const(inv_std, device=x.device)
             return ops.scale_shift(x, scale, self.bias - self.running_mean * scale)
         # one fused node standardises with the batch mean and the biased batch variance
@@ -59,14 +73,8 @@ class BatchNorm1d(Module):
         Normalize op computed, of shape (1, dim).
         """
         xp = self.running_mean.device.xp
-        mean, var = xp.reshape(mean, (-1,)), xp.reshape(var, (-1,))
-        m = self.momentum
         for buf, batch in ((self.running_mean, mean), (self.running_var, var)):
-            old = buf._realize()
-            new = old * (1.0 - m) + batch * m
-            if new.dtype != old.dtype:
-                new = xp.astype(new, old.dtype)
-            buf._array = new
+            buf._array = _moving_average(xp, buf, batch, self.momentum)
         mark_modified(self.running_mean, self.running_var)
 
     def extra_repr(self) -> str:

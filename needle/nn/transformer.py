@@ -13,6 +13,7 @@ import math
 
 from .. import init, ops
 from ..autograd import Tensor
+from ..autograd.graph import array_function
 from ..backends import Device
 from ..ops.softmax import NEG_MAX as _NEG_MAX  # the course's -np.finfo(np.float32).max
 from .embedding import Embedding
@@ -26,6 +27,12 @@ def _check_4d(name: str, x: Tensor) -> None:
         found = x.shape if isinstance(x, Tensor) else type(x).__name__
         raise ValueError(f"MultiHeadAttention: expected {name} of shape (B, H, T, D), "
                          f"found {found}")
+
+
+@array_function
+def _arange(xp, n: int, at):
+    """0, 1, ..., n - 1 as an array on the native device `at`."""
+    return xp.arange(n, device=at)
 
 
 class MultiHeadAttention(Module):
@@ -201,7 +208,7 @@ class Transformer(Module):
         if T > self.sequence_len:
             raise ValueError(f"Transformer: the sequence length {T} exceeds sequence_len="
                              f"{self.sequence_len}")
-        positions = x.device.xp.arange(T, device=x.device.native)  # made on the device
+        positions = _arange(x.device.xp, T, x.device.native)  # made on the device
         x = x + self.pos_embedding(positions)  # (T, E) broadcast over the batch
         x = self.layers(x)
         if not self.batch_first:

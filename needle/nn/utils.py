@@ -6,6 +6,7 @@ import math
 from typing import Iterable
 
 from ..autograd import Tensor
+from ..autograd.graph import replayed
 
 
 def _norm(xp, array, p: float):
@@ -13,6 +14,7 @@ def _norm(xp, array, p: float):
     return xp.linalg.vector_norm(array, ord=p)
 
 
+@replayed  # ndl.compile runs it again at replay, on the gradients of that step
 def clip_grad_norm_(parameters: Tensor | Iterable[Tensor], max_norm: float,
                     norm_type: float = 2.0) -> Tensor:
     """Scale every `.grad` by min(1, max_norm / (total_norm + 1e-6)); returns total_norm.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..autograd.graph import Value, array_of
+from ..autograd.graph import Value, array_function, array_of
 from ..autograd.tensor import Tensor, TensorOp, constant_like
 from ..backends import device_of, namespace
 from ..kernels import ADD_TO_FRESH
@@ -169,17 +169,23 @@ class EWisePow(PromotingOp):
         # = NaN at points PyTorch defines as 0: there a is replaced by 1 (a constant shift).
         a, b = node.inputs
         a_data, b_data = array_of(a), array_of(b)
-        xp = namespace(a_data)
-        zero = a_data == 0
         need_a, need_b = node.needs_input_grad
         grad_a = grad_b = None
         if need_a:  # 0 where b == 0
-            one = constant_like(out_grad, xp.astype(zero & (b_data == 0), a_data.dtype))
+            one = constant_like(out_grad, _zero_base(a_data, b_data, True))
             grad_a = unbroadcast(out_grad * b * power(a + one, b - 1), a)
         if need_b:  # 0 where b >= 0 (a^b is 0 or 1 there)
-            one = constant_like(out_grad, xp.astype(zero & (b_data >= 0), a_data.dtype))
+            one = constant_like(out_grad, _zero_base(a_data, b_data, False))
             grad_b = unbroadcast(out_grad * node.result * log(a + one), b)
         return grad_a, grad_b
+
+
+@array_function
+def _zero_base(a, b, exponent_zero: bool):
+    """1 where a == 0 and (b == 0 if exponent_zero else b >= 0), else 0, in a's dtype."""
+    xp = namespace(a)
+    where_b = b == 0 if exponent_zero else b >= 0
+    return xp.astype((a == 0) & where_b, a.dtype)
 
 
 def power(a: Tensor, b: Tensor) -> Tensor:

@@ -81,7 +81,7 @@ def index_tensor(indices: Any, n: int, who: str, device=None) -> Tensor:
     """`indices` (a Tensor, array or list of integers, or of floats holding whole numbers) as
     a constant int64 Tensor, checked to lie in [0, n): ValueError naming `who` and the value."""
     if isinstance(indices, Tensor):
-        device, data = indices.device, indices._realize()
+        device, data = indices.device, indices  # (as_index_array reads its array)
     elif device.owns(indices):  # an array made on the device (positions): no copy
         data = indices
     else:

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..autograd.graph import array_function
 
+
+@array_function  # ndl.compile replays it (and its check) on each step's labels
 def as_index_array(xp: Any, array: Any, n: int, who: str, what: str = "indices",
                    device: Any = None) -> Any:
-    """`array` as int64 indices in [0, n); float dtypes must hold whole numbers.
+    """`array` (an array or a Tensor) as int64 indices in [0, n); float dtypes must hold
+    whole numbers.
 
     Integer dtypes are the fast path. A bad value raises ValueError naming `who` and the
     value, a dtype that is neither raises TypeError. On host-memory devices one read checks

@@ -8,7 +8,7 @@ is recorded), so second order works.
 
 from __future__ import annotations
 
-from ..autograd.graph import array_of
+from ..autograd.graph import array_function, array_of
 from ..autograd.tensor import Tensor, constant_like
 from ..backends import namespace
 from .dtypes import PromotingOp
@@ -34,11 +34,17 @@ def _gate(z, k: int, hidden: int):
     return get_item(z, (slice(None), slice(k * hidden, (k + 1) * hidden)))
 
 
+@array_function
+def _zeros_like(a):
+    """Zeros of a's shape and dtype."""
+    return namespace(a).zeros_like(a)
+
+
 def _join(blocks: list, out_grad):
     """The (B, 4H) adjoint of the gates from four (B, H) blocks (None: zeros)."""
     some = next(b for b in blocks if b is not None)
     data = array_of(some)
-    zero = constant_like(out_grad, namespace(data).zeros_like(data))
+    zero = constant_like(out_grad, _zeros_like(data))
     parts = [zero if b is None else b for b in blocks]
     return reshape(stack(parts, 1), (data.shape[0], 4 * data.shape[1]))
 

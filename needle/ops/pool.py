@@ -10,7 +10,7 @@ passes reduce those k*k slices (basic slicing only, no Python loop over pixels),
 
 from __future__ import annotations
 
-from ..autograd.graph import array_of
+from ..autograd.graph import array_function, array_of
 from ..autograd.tensor import Tensor, TensorOp, constant_like
 from ..backends import namespace
 from .axes import int_at_least
@@ -63,14 +63,20 @@ class MaxPool2dOp(TensorOp):
         return out
 
     def gradient(self, out_grad, node):
-        a, m = array_of(node.inputs[0]), array_of(node.result)
-        xp, k, s = namespace(a), self.kernel_size, self.stride
-        # share[p] = [window entry p == window max] / (number of such entries), as Max does
-        windows = xp.stack([a[index] for index in _windows(k, s, *m.shape[-2:])])
-        mask = xp.astype(windows == m, a.dtype)  # (k*k, N, C, Ho, Wo)
-        share = constant_like(out_grad, mask / xp.sum(mask, axis=0))
+        a, k, s = array_of(node.inputs[0]), self.kernel_size, self.stride
+        share = constant_like(out_grad, _max_share(a, array_of(node.result), k, s))
         per_offset = reshape(out_grad, (1,) + tuple(out_grad.shape)) * share
         return fold2d(per_offset, k, s, tuple(a.shape[-2:]))
+
+
+@array_function
+def _max_share(a, m, k: int, s: int):
+    """share[p] = [window entry p == window max] / (number of such entries), as Max does:
+    (k*k, N, C, Ho, Wo) for the input `a` and the pooled `m`."""
+    xp = namespace(a)
+    windows = xp.stack([a[index] for index in _windows(k, s, *m.shape[-2:])])
+    mask = xp.astype(windows == m, a.dtype)
+    return mask / xp.sum(mask, axis=0)
 
 
 def max_pool2d(a: Tensor, kernel_size: int, stride: int | None = None) -> Tensor:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ..autograd.graph import array_of
+from ..autograd.graph import array_function, array_of
 from ..autograd.tensor import Tensor, TensorOp, constant_like
 from ..backends import namespace
 from ..kernels import Kernel
@@ -81,13 +81,18 @@ class Max(TensorOp):
 
     def gradient(self, out_grad, node):
         a = array_of(node.inputs[0])
-        xp = namespace(a)
         axes = normalize_axes("max", self.axes, a.shape)
-        m = xp.max(a, axis=axes, keepdims=True)
-        mask = xp.astype(a == m, a.dtype)
-        share = mask / xp.sum(mask, axis=axes, keepdims=True)  # a constant
+        share = _max_share(a, axes)  # a constant
         grad = expand_reduced(out_grad, tuple(a.shape), axes)
         return grad * constant_like(grad, share)
+
+
+@array_function
+def _max_share(a, axes: tuple[int, ...]):
+    """[a == max over axes] / (number of maximal entries): Max's adjoint shares."""
+    xp = namespace(a)
+    mask = xp.astype(a == xp.max(a, axis=axes, keepdims=True), a.dtype)
+    return mask / xp.sum(mask, axis=axes, keepdims=True)
 
 
 def max(a: Tensor, axes=None, keepdims: bool = False) -> Tensor:  # noqa: A001
@@ -238,15 +243,20 @@ class SoftmaxCrossEntropyGrad(TensorOp):
         need_x, need_g = node.needs_input_grad
         n, k = x.shape
         s = exp(logsoftmax(x, 1))
-        xp = namespace(self.labels)
-        classes = xp.arange(k, dtype=self.labels.dtype, device=self.labels.device)
-        onehot = xp.astype(xp.reshape(self.labels, (n, 1)) == classes, array_of(s).dtype)
-        y = constant_like(h, onehot)
+        y = constant_like(h, _one_hot(self.labels, k, array_of(s).dtype))
         grad_g = Summation()(h * (s - y)) / n if need_g else None
         if not need_x:
             return None, grad_g
         rows = broadcast_to(reshape(Summation((1,))(s * h), (n, 1)), (n, k))
         return s * (h - rows) * broadcast_to(reshape(g / n, (1, 1)), (n, k)), grad_g
+
+
+@array_function
+def _one_hot(labels, k: int, dtype):
+    """(n, k) rows of the identity picked by the (n,) labels, in `dtype`."""
+    xp = namespace(labels)
+    classes = xp.arange(k, dtype=labels.dtype, device=labels.device)
+    return xp.astype(xp.reshape(labels, (labels.shape[0], 1)) == classes, dtype)
 
 
 def softmax_cross_entropy(logits: Tensor, labels) -> Tensor:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..autograd.graph import array_of
+from ..autograd.graph import array_function, array_of
 from ..autograd.tensor import Tensor, TensorOp, constant_like
 from ..backends import namespace
 from .dtypes import check_scalar_result, scalar_error
@@ -150,11 +150,15 @@ class RPowerScalar(TensorOp):
         c = self.scalar
         if c != 0:
             return out_grad * node.result * (math.log(c) if c > 0 else math.nan)
-        out = array_of(node.result)
-        xp = namespace(out)
-        log_c = xp.where(array_of(node.inputs[0]) < 0,
-                         xp.full_like(out, -math.inf), xp.zeros_like(out))
+        log_c = _log_zero_base(array_of(node.result), array_of(node.inputs[0]))
         return out_grad * node.result * constant_like(out_grad, log_c)
+
+
+@array_function
+def _log_zero_base(out, a):
+    """"log 0" as PyTorch takes it in d/da 0^a: -inf where a < 0, else 0 (out's shape)."""
+    xp = namespace(out)
+    return xp.where(a < 0, xp.full_like(out, -math.inf), xp.zeros_like(out))
 
 
 def rpower_scalar(a: Tensor, scalar) -> Tensor:

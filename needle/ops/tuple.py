@@ -173,7 +173,7 @@ def stack(args, axis: int) -> Tensor:
     if not tensors:
         raise ValueError(f"stack: needs at least one tensor, got {args!r}")
     if not any(isinstance(t, Value) for t in tensors):  # raw arrays (a gradient rule's)
-        return Stack(axis).compute(tuple(tensors))
+        return Stack(axis)(tuple(tensors))
     for i, t in enumerate(tensors):
         if not isinstance(t, Tensor):
             raise TypeError(f"stack: expected Tensors, got {type(t).__name__} at position {i}")

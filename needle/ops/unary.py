@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..autograd.graph import array_of
+from ..autograd.graph import array_function, array_of
 from ..autograd.tensor import Tensor, TensorOp, constant_like
 from ..backends import namespace
 from .dtypes import floating_only
@@ -45,9 +45,14 @@ class ReLU(TensorOp):
         return namespace(a).maximum(a, 0)
 
     def gradient(self, out_grad, node):
-        a = array_of(node.inputs[0])
-        mask = namespace(a).astype(a > 0, a.dtype)  # the derivative, a constant
+        mask = _positive(array_of(node.inputs[0]))  # the derivative, a constant
         return out_grad * constant_like(out_grad, mask)
+
+
+@array_function
+def _positive(a):
+    """1 where a > 0, else 0, in a's dtype (ReLU's derivative)."""
+    return namespace(a).astype(a > 0, a.dtype)
 
 
 def relu(a: Tensor) -> Tensor:

@@ -6,7 +6,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from ..autograd import Tensor, mark_modified
+from ..autograd import Tensor, graph, mark_modified
+from ..autograd.graph import replayed
 
 
 def check_range(owner: str, name: str, value: Any, low: float, high: float | None = None,
@@ -80,10 +81,16 @@ class Optimizer:
         self._flat: dict[tuple, _FlatGroup] = {}  # (device, dtype) -> last step's flat arrays
         self._owned: dict[int, Any] = {}  # big parameter index -> the array it updates in place
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if graph._TRACER is not None and name in self.hyperparameters:
+            graph._TRACER.setting(self, name, value)  # ndl.compile replays it
+        object.__setattr__(self, name, value)
+
     def _check(self, name: str, value: Any) -> float:
         """Validate one hyperparameter (subclasses define the ranges)."""
         return check_range(type(self).__name__, name, value, 0.0)
 
+    @replayed  # ndl.compile runs the whole step again at replay (settings read then)
     def step(self) -> None:
         """Update every parameter that has a gradient (those whose grad is None are skipped).
 
@@ -196,6 +203,7 @@ class Optimizer:
         """
         raise NotImplementedError
 
+    @replayed
     def reset_grad(self) -> None:
         """Set every parameter's grad to None."""
         for p in self.params:

@@ -1,0 +1,148 @@
+"""`ndl.compile(fn)`: record a step once per signature, replay it without building a graph."""
+
+from __future__ import annotations
+
+import functools
+import threading
+import warnings
+from collections import OrderedDict
+from typing import Any, Callable
+
+from ..autograd import Tensor, TensorTuple, Value, graph
+from ..backends import device as _device
+from ..grad_mode import _grad_enabled
+from .cuda_graph import Graphed, eligible
+from .program import Program, Retrace, detached
+from .recorder import Recorder
+
+_capturing = threading.Lock()  # one recording at a time (the hooks are process-wide)
+
+
+def signature(args: tuple, kwargs: dict) -> tuple[tuple, list[Tensor], list[Any]]:
+    """(the cache key, the Tensor arguments in order, objects keyed by identity).
+
+    The key holds each Tensor's shape, dtype, device and requires_grad (and which arguments
+    are the same Tensor), the values of other arguments (by identity when unhashable: the
+    entry keeps those alive, so an id is never reused), and the grad mode.
+    """
+    tensors: list[Tensor] = []
+    position: dict[int, int] = {}
+    pinned: list[Any] = []
+
+    def walk(obj: Any) -> Any:
+        if isinstance(obj, Value):
+            if not isinstance(obj, Tensor) or isinstance(obj, TensorTuple):
+                raise TypeError("ndl.compile: TensorTuple arguments are not supported; pass "
+                                "its Tensors")
+            i = position.get(id(obj))
+            if i is not None:
+                return ("same", i)
+            position[id(obj)] = len(tensors)
+            tensors.append(obj)
+            data = obj._array
+            return (Tensor, tuple(data.shape), data.dtype, obj.device, obj.requires_grad)
+        kind = type(obj)
+        if kind is tuple or kind is list:
+            return (kind, tuple(map(walk, obj)))
+        if kind is dict:
+            return (dict, tuple((k, walk(v)) for k, v in obj.items()))
+        try:
+            hash(obj)
+        except TypeError:
+            pinned.append(obj)
+            return ("id", id(obj))
+        return (kind, obj)
+
+    return (_grad_enabled(), walk(args), walk(kwargs)), tensors, pinned
+
+
+class Compiled:
+    """A step function recorded once per signature and replayed after (see `compile`)."""
+
+    def __init__(self, fn: Callable, *, max_cache: int = 8, cuda_graph: bool = False):
+        if not callable(fn):
+            raise TypeError(f"ndl.compile: expected a function, got {type(fn).__name__}")
+        if max_cache < 1:
+            raise ValueError(f"ndl.compile: max_cache must be >= 1, got {max_cache}")
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.max_cache = max_cache
+        self.cuda_graph = cuda_graph
+        # signature -> (its programs, most recent first: one per state of the guards, such
+        # as train and eval mode; the objects its key holds by identity)
+        self.cache: OrderedDict[tuple, tuple[list[Program], list]] = OrderedDict()
+        #: how many times the step was recorded (a new signature, a failed guard)
+        self.captures = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        tracer = graph._TRACER
+        if tracer is not None and tracer.thread == threading.get_ident():
+            return self.fn(*args, **kwargs)  # inside another recording: part of it
+        key, tensors, pinned = signature(args, kwargs)
+        entry = self.cache.get(key)
+        if entry is not None:
+            for program in entry[0]:
+                try:
+                    out = program(tensors)
+                except Retrace:  # (raised before anything ran)
+                    continue
+                self.cache.move_to_end(key)
+                return out
+        return self._capture(key, tensors, pinned, args, kwargs)
+
+    def _capture(self, key: tuple, tensors: list, pinned: list, args: tuple,
+                 kwargs: dict) -> Any:
+        name = getattr(self.fn, "__qualname__", type(self.fn).__name__)
+        with _capturing:
+            rec = Recorder(name)
+            for i, t in enumerate(tensors):
+                rec.args[id(t)] = f"v{i}"
+                rec.register(t._array, f"v{i}._array", pure=True)
+            graph._TRACER = rec
+            _device.set_call_hook(rec.device_call)
+            try:
+                result = self.fn(*args, **kwargs)
+            finally:
+                graph._TRACER = None
+                _device.set_call_hook(None)
+            program = Program(rec, result, len(tensors))
+        replay: Any = program
+        if self.cuda_graph:
+            why = eligible(program, tensors)
+            if why:
+                warnings.warn(f"ndl.compile({name}): replayed without a CUDA graph: {why}",
+                              stacklevel=3)
+            else:
+                replay = Graphed(program)
+        self.captures += 1
+        programs = self.cache[key][0] if key in self.cache else []
+        self.cache[key] = ([replay] + programs[:self.max_cache - 1], pinned)
+        self.cache.move_to_end(key)
+        while len(self.cache) > self.max_cache:
+            self.cache.popitem(last=False)
+        return detached(result)
+
+    def programs(self) -> list[Program]:
+        """The recorded programs, least recently used signature first (`source` shows each)."""
+        return [getattr(p, "program", p) for programs, _ in self.cache.values() for p in programs]
+
+
+def compile(fn: Callable | None = None, *, max_cache: int = 8,  # noqa: A001
+            cuda_graph: bool = False) -> Any:
+    """Record `fn` (a training or inference step on Tensors) at its first call for each
+    signature, then replay the recorded array operations at later calls: no Tensor, graph
+    node or gradient rule runs in Python, and the parameters, optimizer state and random
+    generators change exactly as eager calls would change them.
+
+    Usable as `step = ndl.compile(fn)` or as a decorator (`@ndl.compile` or
+    `@ndl.compile(max_cache=4)`). The signature is the shape, dtype, device and
+    requires_grad of each Tensor argument and the value of every other argument; at most
+    `max_cache` signatures are kept (and per signature as many programs, one per state of
+    the guards: train and eval mode, say). Returned Tensors are constants (no graph). With
+    `cuda_graph=True`, a step on a `torch:cuda` device is captured as one CUDA graph at its
+    second replay (needle/compiled/cuda_graph.py; elsewhere a warning says why not). See the
+    README's "Compiled steps" for what is recorded and what raises.
+    """
+    if fn is None:
+        return lambda f: Compiled(f, max_cache=max_cache, cuda_graph=cuda_graph)
+    return Compiled(fn, max_cache=max_cache, cuda_graph=cuda_graph)

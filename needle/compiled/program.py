@@ -1,0 +1,185 @@
+"""A recorded step as one Python function over arrays: guards, the recorded lines, the result.
+
+The recorder's lines become the body of `replay(v0, v1, ...)` (the step's Tensor arguments):
+first the guards (the train/eval mode of every Module called, the requires_grad, device,
+shape and dtype of every Tensor read that was made before the step: a change raises
+`Retrace`, before anything ran, and the step is recorded again), then one line per recorded
+operation, with each array slot deleted after its last use (so intermediates are freed as
+eager frees them), and computations whose results nobody reads dropped. No Tensor, Value or
+graph node is made but the Tensors of the result.
+"""
+
+from __future__ import annotations
+
+import itertools
+import linecache
+import re
+import weakref
+from typing import Any
+
+from ..autograd.graph import Value, mark_modified
+from .recorder import Recorder
+from .support import HOST_READS, CompileError
+
+_SLOT = re.compile(r"(?<![.\w])a(\d+)\b")  # a slot's name (not an attribute's)
+_counter = itertools.count()
+
+
+class Retrace(Exception):
+    """A guard of the program failed: the step must be recorded again."""
+
+
+def detached(obj: Any) -> Any:
+    """The step's result as a call returns it: Tensors as constants sharing their data."""
+    if isinstance(obj, Value):
+        return type(obj).make_const(obj._array, device=obj.device)
+    if isinstance(obj, (tuple, list)):
+        items = [detached(o) for o in obj]
+        return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
+    if isinstance(obj, dict):
+        return {k: detached(v) for k, v in obj.items()}
+    return obj
+
+
+class Program:
+    """The replayable form of one recorded step (called with the new Tensor arguments)."""
+
+    def __init__(self, rec: Recorder, result: Any, n_args: int):
+        self.name = rec.name
+        used: set[int] = set()
+        out = self._output(rec, result, used)
+        unread = [p for key, p in rec.pending.items() if key not in used]
+        if unread:
+            lines = "; ".join(w for *_, w in unread)
+            raise CompileError(f"ndl.compile({rec.name}): a value is read to the host inside "
+                               f"the step at {lines}: its value now would be replayed every "
+                               "time. Return the Tensor (or return the value read itself) "
+                               "and read it after the call")
+        for key, (v, *_) in rec.guards.items():  # data replaced where nothing recorded it
+            if v._array is not rec.last[key]:
+                raise CompileError(
+                    f"ndl.compile({rec.name}): the data of a Tensor made before the step "
+                    f"(shape {tuple(getattr(v._array, 'shape', ()))}) was replaced inside it "
+                    "without needle.autograd.mark_modified (or outside an Optimizer's step): "
+                    "the change cannot be replayed")
+        self.guards = list(rec.guards.values())
+        self.seen: list[Any] = [None] * len(self.guards)
+        head = []
+        for i, (v, rg, *_) in enumerate(self.guards):
+            k = rec.const(v)
+            head.append(f"if {k}.requires_grad is not {rg} or {k}._array is not _seen[{i}]: "
+                        f"_check({i})")
+        for m, training in rec.modules.values():
+            head.append(f"if {rec.const(m)}.training != {training!r}: raise _Retrace")
+        body = _schedule(rec.lines, out)
+        params = ", ".join(f"v{i}" for i in range(n_args))
+        self.source = "\n    ".join([f"def replay({params}):", *head, *body, f"return {out}"])
+        self.source += "\n\n" + "\n    ".join(["def guard():", *head, "return None"])
+        filename = f"<ndl.compile {rec.name} #{next(_counter)}>"
+        linecache.cache[filename] = (len(self.source), None,  # (tracebacks show the line)
+                                     self.source.splitlines(True), filename)
+        weakref.finalize(self, linecache.cache.pop, filename, None)
+        scope = dict(rec.consts, _seen=self.seen, _check=self._check, _Retrace=Retrace,
+                     _mark_modified=mark_modified, _tensor=_tensor, _host=HOST_READS,
+                     _grad_of=_grad_of)
+        exec(compile(self.source, filename, "exec"), scope)  # noqa: S102 (our own source)
+        self.replay, self.guard = scope["replay"], scope["guard"]
+        self.steps = len(body)
+        self._constants = list(rec.consts.values())
+        self._draws = list(rec.draw_devices.values())
+
+    def constants(self) -> list[Any]:
+        """The objects the program refers to (parameters, ops, optimizers, devices...)."""
+        return self._constants
+
+    def generators(self) -> list[Any]:
+        """The training generators of the devices whose `random` the program calls."""
+        return [device.generator() for device in self._draws]
+
+    def _output(self, rec: Recorder, obj: Any, used: set[int]) -> str:
+        """The expression building the step's result at replay."""
+        if isinstance(obj, Value):
+            data = rec.value(obj, "the step's result")
+            return f"_tensor({rec.const(type(obj))}, {data}, {rec.const(obj.device)})"
+        pending = rec.pending.get(id(obj))
+        if pending is not None and pending[0] is obj:
+            used.add(id(obj))
+            _, data, kind, _ = pending
+            return f"_host[{kind!r}]({rec.const(_device_of(rec, data))}, {data})"
+        if isinstance(obj, (tuple, list)):
+            items = ", ".join(self._output(rec, o, used) for o in obj)
+            if hasattr(obj, "_fields"):  # a namedtuple
+                return f"{rec.const(type(obj))}({items})"
+            return f"({items},)" if isinstance(obj, tuple) else f"[{items}]"
+        if isinstance(obj, dict):
+            items = ", ".join(f"{rec.const(k)}: {self._output(rec, v, used)}"
+                              for k, v in obj.items())
+            return f"{{{items}}}"
+        return rec.const(obj)
+
+    def _check(self, i: int) -> None:
+        """The slow guard of Tensor i: same requires_grad, device, shape and dtype as recorded."""
+        v, requires_grad, shape, dtype, device = self.guards[i]
+        data = v._array
+        if v.requires_grad is not requires_grad or v.device != device or (shape is not None and (
+                tuple(data.shape) != shape or data.dtype != dtype)):
+            raise Retrace
+        self.seen[i] = data
+
+    def __call__(self, tensors: list) -> Any:
+        return self.replay(*tensors)
+
+
+def _tensor(cls: type, data: Any, device: Any) -> Value:
+    return cls.make_const(data, device=device)
+
+
+def _grad_of(v: Value) -> Any:
+    """The array of `v.grad` at replay (the step read a gradient it did not compute)."""
+    grad = v._grad
+    if grad is None:
+        raise RuntimeError(f"ndl.compile: the step reads the .grad of a "
+                           f"{type(v).__name__} of shape {tuple(v._array.shape)}, which is "
+                           "None now (it was set when the step was recorded)")
+    if grad.__class__ is weakref.ref:
+        grad = grad()
+    return grad._array if isinstance(grad, Value) else grad
+
+
+def _device_of(rec: Recorder, name: str) -> Any:
+    """The device of the array in slot `name` (for a host read at replay)."""
+    from ..backends import device_of
+
+    return device_of(rec.obj(int(name[1:])))
+
+
+def _schedule(lines: list[tuple[str, str, bool]], out: str) -> list[str]:
+    """The body: pure lines nobody reads dropped, `del` after each slot's last use."""
+    live = set(map(int, _SLOT.findall(out)))
+    kept = []
+    for targets, expr, pure in reversed(lines):
+        defs = {int(targets[1:])} if _SLOT.fullmatch(targets) else set()
+        if pure and defs and not defs & live:
+            continue
+        uses = set(map(int, _SLOT.findall(expr)))
+        if not defs:
+            uses |= set(map(int, _SLOT.findall(targets)))
+        live -= defs
+        live |= uses
+        kept.append((targets, expr, defs, uses))
+    kept.reverse()
+    last: dict[int, int] = {}
+    for i, (_, _, defs, uses) in enumerate(kept):
+        for s in defs | uses:
+            last[s] = i
+    keep = set(map(int, _SLOT.findall(out)))
+    dead: dict[int, list[int]] = {}
+    for s, i in last.items():
+        if s not in keep:
+            dead.setdefault(i, []).append(s)
+    body = []
+    for i, (targets, expr, _, _) in enumerate(kept):
+        body.append(f"{targets} = {expr}" if targets else expr)
+        if i in dead:
+            body.append("del " + ", ".join(f"a{s}" for s in sorted(dead[i])))
+    return body

@@ -1,0 +1,111 @@
+"""The recorder's hooks on state the step changes or reads outside its array operations: new
+Values, `.grad` set and read, data replaced (`mark_modified`), Modules called, optimizer
+settings, reads to the host, and what cannot be recorded (control flow on values, NDArray
+views). A mixin of `Recorder` (recorder.py), which holds the bookkeeping they use."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from ..autograd.graph import Value
+from .support import HOST_READS, CompileError, has_array, where
+
+
+class StateHooks:
+    """The Recorder's hooks on Values' state, host reads and Modules (see the module doc)."""
+
+    def created(self, v: Value) -> None:
+        """A Value made during the step (a constant wrapping an array, a leaf)."""
+        if threading.get_ident() != self.thread:
+            return
+        self.values.add(v)
+        if self.depth == 0 and not isinstance(v._array, tuple) and self.known(v._array) is None:
+            self.made_at[v] = where()
+
+    def alias(self, new: Value, source: Value) -> None:
+        """`new` = `source.detach()`: the same data."""
+        if self.active() and self.outside(source):
+            self.aliases[new] = source
+
+    def modified(self, values: tuple) -> None:
+        """mark_modified(*values): each now holds data the program must give it at replay."""
+        if not self.active():
+            return
+        changed = [v for v in values if self.outside(v)]
+        for v in changed:
+            if v._array is self.last.get(id(v)):
+                raise CompileError(f"ndl.compile({self.name}): a Tensor's data was changed in "
+                                   f"place at {where()}; only new data (`t.data = ...`) can "
+                                   "be replayed")
+            self.emit(f"{self.ref(v)}._array", self.array(v._array, True, "new data of a Tensor"))
+            self.reads.pop(id(v), None)
+            self.last[id(v)] = v._array
+        if changed:
+            self.emit("", f"_mark_modified({', '.join(self.ref(v) for v in changed)})")
+
+    def grad_set(self, v: Value, raw: bool = False) -> None:
+        """`v.grad` was set (by backward, or assigned): the program sets it at replay."""
+        if not self.active():
+            return
+        grad = v._grad
+        if raw and isinstance(grad, Value):  # a backward that records no graph: the array
+            grad = v._grad = grad._array
+        if not self.outside(v):
+            return
+        if grad is None:
+            expr = "None"
+        elif isinstance(grad, Value):
+            expr = self.value(grad, "a gradient")
+        else:
+            expr = self.array(grad, True, "a gradient")
+        self.emit(f"{self.ref(v)}._grad", expr)
+
+    def grad_read(self, v: Value, grad: Value) -> None:
+        """`v.grad` was read: a gradient from before the step is read from `v` at replay,
+        at this point of the step (a backward may set another after)."""
+        if self.active() and self.outside(v) and self.known(grad._array) is None:
+            self.grad_reads[grad] = self.register(grad._array, f"_grad_of({self.ref(v)})",
+                                                  pure=True)
+
+    def constant(self, output: Value, out_grad: Any) -> Value:
+        """backward's raw adjoint of `output` as a constant Value of its kind."""
+        return type(output).make_const(out_grad, device=output.device)
+
+    def module(self, m: Any) -> None:
+        """A Module was called: replays check its train/eval mode."""
+        if self.active() and id(m) not in self.moded:
+            self.modules.setdefault(id(m), (m, m.training))
+
+    def setting(self, obj: Any, name: str, value: Any) -> None:
+        """An optimizer's hyperparameter set inside the step: set again at replay."""
+        if not self.active():
+            return
+        if isinstance(value, Value) or has_array(value):
+            raise CompileError(f"ndl.compile({self.name}): {type(obj).__name__}.{name} is set "
+                               f"to a tensor value at {where()}; pass a Python number")
+        self.emit(f"{self.const(obj)}.{name}", self.const(value))
+
+    def host_read(self, v: Value, kind: str) -> Any:
+        """t.numpy() / t.item() / float(t): allowed only for what the step returns."""
+        data = v._realize()
+        if not self.active():
+            return HOST_READS[kind](v.device, data)
+        expr = self.value(v, "a value read to the host")
+        out = HOST_READS[kind](v.device, data)
+        self.pending[id(out)] = (out, expr, kind, where())
+        return out
+
+    def control_flow(self, v: Value) -> None:
+        """bool(t): Python control flow on a value cannot be replayed."""
+        if self.active():
+            raise CompileError(f"ndl.compile({self.name}): the truth of a Tensor is read at "
+                               f"{where()}; Python control flow on tensor values cannot be "
+                               "replayed (the branch taken now would be taken every time)")
+
+    def course_view(self, v: Value) -> None:
+        """cached_data / realize_cached_data: NDArray views escape the recorder."""
+        if self.active():
+            raise CompileError(f"ndl.compile({self.name}): cached_data or "
+                               f"realize_cached_data() used at {where()}; NDArray views are "
+                               "not recorded: use Tensor operations inside a compiled step")

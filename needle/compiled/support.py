@@ -1,0 +1,82 @@
+"""What the recorder's files share: CompileError, where a line is, what counts as an array."""
+
+from __future__ import annotations
+
+import os
+import traceback
+import types
+from typing import Any
+
+from ..autograd.graph import Value
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_NEEDLE = os.path.dirname(_HERE)
+
+
+class CompileError(RuntimeError):
+    """What `ndl.compile` cannot record (raised while the first call runs)."""
+
+
+def where() -> str:
+    """'file:line' of the innermost frame outside needle (the caller's line), with the
+    needle frame below it when there is one."""
+    frames = traceback.extract_stack()[:-1]
+    inner = None
+    for frame in reversed(frames):
+        path = os.path.abspath(frame.filename)
+        if path.startswith(_HERE + os.sep) or frame.filename.startswith("<ndl.compile"):
+            continue  # the recorder's own frames
+        if path.startswith(_NEEDLE + os.sep):
+            inner = inner or frame
+            continue
+        text = f"{frame.filename}:{frame.lineno} ({frame.line})"
+        if inner is not None:
+            text += f", in needle at {os.path.basename(inner.filename)}:{inner.lineno}"
+        return text
+    return "an unknown line"
+
+
+def is_array(obj: Any) -> bool:
+    """Whether `obj` is a device array (or a numpy scalar): data, not a constant."""
+    return (isinstance(getattr(obj, "shape", None), tuple) and hasattr(obj, "dtype")
+            and not isinstance(obj, (Value, type, types.ModuleType)))
+
+
+def has_array(obj: Any) -> bool:
+    """Whether `obj` is an array or a tuple/list holding one (at any depth)."""
+    if isinstance(obj, (tuple, list)):
+        return any(has_array(o) for o in obj)
+    return is_array(obj)
+
+
+def describe(obj: Any) -> str:
+    if isinstance(obj, Value):
+        obj = obj._array
+    if isinstance(obj, tuple):
+        return "a tuple of arrays"
+    return f"an array of shape {tuple(obj.shape)} and dtype {obj.dtype}"
+
+
+
+def is_module(obj: Any) -> bool:
+    """Whether `obj` is an nn.Module."""
+    from ..nn import Module
+
+    return isinstance(obj, Module)
+
+
+def listed(obj: Any) -> Any:
+    """An iterator as a list of its items (anything else as it is)."""
+    try:
+        it = iter(obj)
+    except TypeError:
+        return obj
+    return list(obj) if it is obj else obj
+
+
+#: how each kind of read to the host is made (at recording, and at replay for a result)
+HOST_READS = {
+    "numpy": lambda device, a: device.to_numpy(a),
+    "item": lambda device, a: device.to_numpy(a).item(),
+    "float": lambda device, a: float(device.to_numpy(a).item()),
+}
