@@ -1042,3 +1042,24 @@ def test_help_names_every_model_and_every_models_defaults(capsys):
             listed = action.help.split("(default: ")[1]
             for model in set(train.MODELS) - set(unused.get(action.dest, ())):
                 assert model in listed, (action.dest, model)
+
+
+@pytest.mark.parametrize("model", ["mlp", "cnn", "rnn", "lstm", "transformer"])
+def test_the_compiled_step_gives_the_eager_runs_numbers(model, tiny, ptb, tmp_path):
+    """needle-train replays its step compiled by ndl.compile by default: two epochs (train,
+    eval, train again, with the lr schedule and clipping) give the weights, optimizer state
+    and logged losses of --no-compile bit for bit."""
+    data = ptb if model in ("rnn", "lstm", "transformer") else tiny
+    argv = ["--model", model, "--data-dir", str(data), "--batch-size", "4" if data is ptb
+            else str(BATCH), "--epochs", "2", "--quiet"]
+    if model != "cnn":
+        argv += ["--hidden-dim", "8"]
+    runs = {}
+    for name, extra in (("compiled", []), ("eager", ["--no-compile"])):
+        ck, log = tmp_path / f"{name}.npz", tmp_path / f"{name}.csv"
+        assert train.main([*argv, *extra, "--checkpoint", str(ck), "--log-csv", str(log)]) == 0
+        rows = [{k: v for k, v in row.items() if k != "seconds"}
+                for row in curves.read_csv(log)[1]]
+        runs[name] = (ndl.load(ck), rows)
+    assert runs["compiled"][1] == runs["eager"][1]
+    assert_same_state(runs["compiled"][0], runs["eager"][0])

@@ -21,7 +21,7 @@ import needle as ndl
 import needle.nn as nn
 from needle.data.ptb import get_batch
 
-__all__ = ["NonFiniteLoss", "LMWindows", "run_epoch", "epoch_counts"]
+__all__ = ["NonFiniteLoss", "LMWindows", "run_epoch", "epoch_counts", "training_step"]
 
 
 class NonFiniteLoss(FloatingPointError):
@@ -76,7 +76,8 @@ def _detach(h):
 
 def run_epoch(batches, model: nn.Module, loss_fn, opt=None, *,
               create_graph: bool | None = None, clip: float | None = None, bar=None,
-              check_finite: bool = False, every: int = 10) -> tuple[float, float]:
+              check_finite: bool = False, every: int = 10,
+              step: Any = None) -> tuple[float, float]:
     """One pass over `batches` (training when `opt` is given): (error rate, mean loss).
 
     `batches` yields (X, y) Tensors: a DataLoader's, or a batch adapter's with a
@@ -84,13 +85,14 @@ def run_epoch(batches, model: nn.Module, loss_fn, opt=None, *,
     """
     wrong, count, loss = epoch_counts(batches, model, loss_fn, opt, create_graph=create_graph,
                                       clip=clip, bar=bar, check_finite=check_finite,
-                                      every=every)
+                                      every=every, step=step)
     return wrong / count, loss
 
 
 def epoch_counts(batches, model: nn.Module, loss_fn, opt=None, *,
                  create_graph: bool | None = None, clip: float | None = None, bar=None,
-                 check_finite: bool = False, every: int = 10) -> tuple[int, int, float]:
+                 check_finite: bool = False, every: int = 10,
+                 step: Any = None) -> tuple[int, int, float]:
     """One pass over `batches`: (wrong predictions, predictions, mean loss per prediction).
 
     Training when `opt` is given: `opt.reset_grad()`, backward (`create_graph=None` calls the
@@ -100,13 +102,30 @@ def epoch_counts(batches, model: nn.Module, loss_fn, opt=None, *,
     the weighted loss sum stay on the device (the sum in float64, so it equals a host sum of
     the float32 batch losses exactly); the host reads them only every `every` batches (for
     `bar`'s postfix and, with `check_finite`, a NonFiniteLoss naming the first bad batch) and
-    at the end.
+    at the end. A training `step` from `training_step` (compiled with `ndl.compile`) runs
+    each batch's forward, backward and update instead, to the same numbers.
     """
     forward = getattr(batches, "forward", None)
     params = model.parameters() if clip and opt is not None else None
     errors = total = logits = None
     count, recent = 0, []  # recent: (batch number, weighted loss) since the last host read
     for i, (X, y) in enumerate(batches, start=1):
+        if step is not None and opt is not None:
+            if forward is None:
+                logits, loss = step(X, y)
+            else:  # a language model's window, from the state the previous one left
+                hidden = batches.hidden
+                pair = isinstance(hidden, tuple)
+                logits, loss, *state = step(X, y, pair, *(
+                    () if hidden is None else hidden if pair else (hidden,)))
+                batches.hidden = tuple(state) if pair else state[0] if state else None
+            errors, total, count = _count(logits, loss, y, errors, total, count, recent,
+                                          check_finite, i)
+            if i % every == 0 and (bar is not None or check_finite):
+                _host_read(logits.device, total, count, recent, bar, check_finite)
+            if bar is not None:
+                bar.update(1)
+            continue
         with ndl.no_grad() if opt is None else contextlib.nullcontext():
             logits = model(X) if forward is None else forward(model, X)
             loss = loss_fn(logits, y)
@@ -119,15 +138,8 @@ def epoch_counts(batches, model: nn.Module, loss_fn, opt=None, *,
             if clip:
                 nn.utils.clip_grad_norm_(params, clip)
             opt.step()
-        xp, n = logits.device.xp, y.shape[0]
-        wrong = xp.sum(xp.astype(xp.argmax(logits._array, axis=1)
-                                 != xp.astype(y._array, xp.int64), xp.int64))
-        part = xp.astype(loss._array, xp.float64) * n
-        errors = wrong if errors is None else errors + wrong
-        total = part if total is None else total + part
-        count += n
-        if check_finite:
-            recent.append((i, part))
+        errors, total, count = _count(logits, loss, y, errors, total, count, recent,
+                                      check_finite, i)
         if i % every == 0 and (bar is not None or check_finite):
             _host_read(logits.device, total, count, recent, bar, check_finite)
         if bar is not None:
@@ -137,6 +149,53 @@ def epoch_counts(batches, model: nn.Module, loss_fn, opt=None, *,
     device = logits.device
     _host_read(device, total, count, recent, None, check_finite)
     return int(device.to_numpy(errors)), count, float(device.to_numpy(total)) / count
+
+
+def _count(logits, loss, y, errors, total, count: int, recent: list, check_finite: bool,
+           i: int) -> tuple[Any, Any, int]:
+    """The running (wrong predictions, weighted loss sum, predictions), kept on the device."""
+    xp, n = logits.device.xp, y.shape[0]
+    wrong = xp.sum(xp.astype(xp.argmax(logits._array, axis=1)
+                             != xp.astype(y._array, xp.int64), xp.int64))
+    part = xp.astype(loss._array, xp.float64) * n
+    errors = wrong if errors is None else errors + wrong
+    total = part if total is None else total + part
+    if check_finite:
+        recent.append((i, part))
+    return errors, total, count + n
+
+
+def training_step(model: nn.Module, loss_fn, opt, *, create_graph: bool | None = None,
+                  clip: float | None = None) -> Any:
+    """One training step as `epoch_counts` runs it eagerly (reset_grad, forward, loss,
+    backward, clipping, update), compiled with `ndl.compile`: `step(X, y)` -> (logits, loss)
+    for a classifier; `step(X, y, pair, *state)` -> (logits, loss, *new state) for a language
+    model's window (`pair`: the state is an LSTM's (h, c); none before the first window)."""
+    params = model.parameters() if clip else None
+
+    def update(loss):
+        opt.reset_grad()
+        if create_graph is None:
+            loss.backward()
+        else:
+            loss.backward(create_graph=create_graph)
+        if clip:
+            nn.utils.clip_grad_norm_(params, clip)
+        opt.step()
+
+    def step(X, y, pair=None, *state):
+        if pair is None:
+            logits = model(X)
+            loss = loss_fn(logits, y)
+            update(loss)
+            return logits, loss
+        logits, hidden = model(X, (tuple(state) if pair else state[0]) if state else None)
+        loss = loss_fn(logits, y)
+        update(loss)
+        hidden = _detach(hidden)
+        return (logits, loss, *(() if hidden is None else hidden if pair else (hidden,)))
+
+    return ndl.compile(step)
 
 
 def _host_read(device, total, count: int, recent: list, bar, check_finite: bool) -> None:

@@ -34,7 +34,7 @@ from tqdm import tqdm
 import needle as ndl
 import needle.distributed as dist
 from needle.apps import checks, curves, train_checkpoint, train_data
-from needle.apps.epoch_loop import NonFiniteLoss, run_epoch
+from needle.apps.epoch_loop import NonFiniteLoss, run_epoch, training_step
 from needle.apps.train_config import (
     DEVICES,
     MODELS,
@@ -74,6 +74,8 @@ class Run:
     quiet: bool = False
     distributed: bool = False  # data-parallel over MPI ranks: rank 0 prints and saves
     saved: tuple[Path, int] | None = None  # the newest checkpoint file and its epoch
+    compile: bool = True  # train with the step compiled by ndl.compile (--no-compile: eager)
+    step: Any = None  # that compiled step, made at the first training pass
     log: curves.EpochLog | None = None  # --log-csv and --plot
 
     @property
@@ -112,7 +114,8 @@ def setup(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Run:
     if args.distributed:
         training, test = _shard(parser, config, training, test)
     run = Run(config, device, training, test, *_model(config, device, vocab), checkpoint,
-              args.resume, stop_after=args.stop_after, quiet=args.quiet)
+              args.resume, stop_after=args.stop_after, quiet=args.quiet,
+              compile=not args.no_compile)
     if stored is not None:
         train_checkpoint.restore(parser, args.resume, stored, run.model, run.opt, device)
         run.start, run.seconds, run.saved = start, stored["seconds"], (args.resume, start)
@@ -239,9 +242,14 @@ def _checked_epoch(run: Run, epoch: int, batches, phase: str, bar) -> tuple[floa
     """One training or test pass over `batches`: (error rate, mean loss) over every rank's
     share; a nan/inf loss stops the run (TrainingStopped)."""
     opt = run.opt if phase == "training" else None
+    clip = run.config["clip"] or None
+    if opt is not None and run.compile and run.step is None:
+        run.step = training_step(run.model, ndl.nn.SoftmaxLoss(), opt, create_graph=False,
+                                 clip=clip)
     try:
         err, loss = run_epoch(batches, run.model, ndl.nn.SoftmaxLoss(), opt, create_graph=False,
-                              clip=run.config["clip"] or None, bar=bar, check_finite=True)
+                              clip=clip, bar=bar, check_finite=True,
+                              step=run.step if run.compile else None)
     except NonFiniteLoss as e:
         raise TrainingStopped(f"the {phase} loss became {e.loss} in epoch {epoch}, batch "
                               f"{e.batch}; stopped ({_last_checkpoint(run)}); a smaller --lr "

@@ -130,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop after N epochs of this invocation; needs a checkpoint (default: never)")
     add("--quiet", action="store_true", help="print only the final summary (default: off)")
     curves.add_arguments(p)
+    add("--no-compile", action="store_true",
+        help="run each training step eagerly instead of replaying it as compiled by "
+             "ndl.compile (the same numbers, bit for bit; default: compiled)")
     add("--distributed", action="store_true",
         help="data-parallel over the ranks of `mpiexec -n N needle-train --distributed`, "
              f"{distributable()}; --batch-size is the global batch (default: off)")
