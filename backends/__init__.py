@@ -11,7 +11,8 @@ import numpy as np
 
 from .cpu import CPUDevice
 from .cuda import CUDADevice
-from .device import Device, describe_dlpack_device, dlpack_device_of, host_array
+from .device import Device, host_array
+from .dlpack import describe_dlpack_device, dlpack_device_of
 from .jax_device import JaxDevice
 from .strict import STRICT_DEVICES, StrictDevice
 from .torch_device import TorchDevice

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable
 
 import numpy as np
+
+from .call_hook import record_calls
+from .dlpack import describe_dlpack_device, dlpack_device_of
 
 # dtype names the array API standard defines (plus float16 where a library has it)
 DTYPE_NAMES = (
@@ -14,40 +16,6 @@ DTYPE_NAMES = (
 )
 # numpy dtype kinds that tensors hold: bool, signed and unsigned int, float, complex
 NUMERIC_KINDS = "biufc"
-# DLPack's device types (DLDeviceType), for messages
-DLPACK_DEVICE_TYPES = {1: "CPU", 2: "CUDA", 3: "CUDA host", 4: "OpenCL", 7: "Vulkan",
-                       8: "Metal", 9: "VPI", 10: "ROCm", 11: "ROCm host", 13: "CUDA managed",
-                       14: "oneAPI"}
-
-
-# ndl.compile's hook while it captures a step, else None: the creation and random methods
-# named in RECORDED then go through it, so the step records them and runs them again at
-# each replay (a draw gives new numbers from the same generator, as eager would)
-_CALL_HOOK: Callable | None = None
-
-#: the Device methods that make arrays outside any op (recorded by ndl.compile)
-RECORDED = ("zeros", "ones", "full", "empty", "one_hot", "asarray", "rand", "randn",
-            "random", "uniform", "normal", "bernoulli")
-
-
-def set_call_hook(hook: Callable | None) -> None:
-    """Install (or remove, with None) ndl.compile's recorder of the RECORDED methods."""
-    global _CALL_HOOK
-    _CALL_HOOK = hook
-
-
-def _recorded(method: Callable) -> Callable:
-    """`method`, going through the call hook while one is installed."""
-
-    @functools.wraps(method)
-    def recorded(self: Device, *args: Any, **kwargs: Any) -> Any:
-        if _CALL_HOOK is None:
-            return method(self, *args, **kwargs)
-        return _CALL_HOOK(method, self, args, kwargs)
-
-    recorded.is_recorded = True
-    return recorded
-
 
 class Device:
     """A place where arrays live: an array-API namespace plus a native device object.
@@ -65,10 +33,7 @@ class Device:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        for name in RECORDED:  # a device's own draws (random) are recorded too
-            method = cls.__dict__.get(name)
-            if method is not None and not getattr(method, "is_recorded", False):
-                setattr(cls, name, _recorded(method))
+        record_calls(cls)  # a device's own draws (random) are recorded too
 
     def __init__(self, index: int = 0):
         self.index = index
@@ -389,9 +354,7 @@ class Device:
         return self.from_numpy(host)
 
 
-for _name in RECORDED:
-    setattr(Device, _name, _recorded(getattr(Device, _name)))
-del _name
+record_calls(Device)
 
 
 def _shape(shape: tuple) -> tuple:
@@ -399,23 +362,6 @@ def _shape(shape: tuple) -> tuple:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         return tuple(shape[0])
     return tuple(int(s) for s in shape)
-
-
-def dlpack_device_of(obj: Any) -> tuple[int, int]:
-    """`obj.__dlpack_device__()` as two ints; TypeError for objects without DLPack."""
-    if not (hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")):
-        raise TypeError(f"from_dlpack: a {type(obj).__name__} has no __dlpack__ and "
-                        "__dlpack_device__; expected an array of numpy, PyTorch, JAX, CuPy or "
-                        "another DLPack library, or a needle Tensor")
-    kind, index = obj.__dlpack_device__()
-    return int(kind), int(index)
-
-
-def describe_dlpack_device(where: tuple[int, int]) -> str:
-    """"CPU", "CUDA:0", ... for a (DLPack device type, index) pair."""
-    kind, index = where
-    name = DLPACK_DEVICE_TYPES.get(kind, f"DLPack device type {kind}")
-    return name if kind == 1 else f"{name}:{index}"
 
 
 def host_array(obj: Any) -> np.ndarray:

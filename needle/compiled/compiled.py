@@ -9,7 +9,7 @@ from collections import OrderedDict
 from typing import Any, Callable
 
 from ..autograd import Tensor, TensorTuple, Value, graph
-from ..backends import device as _device
+from ..backends import call_hook as _device
 from ..grad_mode import _grad_enabled
 from .cuda_graph import Graphed, eligible
 from .program import Program, Retrace, detached
