@@ -132,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     curves.add_arguments(p)
     add("--no-compile", action="store_true",
         help="run each training step eagerly instead of replaying it as compiled by "
-             "ndl.compile (the same numbers, bit for bit; default: compiled)")
+             "ndl.compile: the same numbers, bit for bit (default: off, compiled)")
     add("--distributed", action="store_true",
         help="data-parallel over the ranks of `mpiexec -n N needle-train --distributed`, "
              f"{distributable()}; --batch-size is the global batch (default: off)")
