@@ -53,7 +53,7 @@ class Program:
             lines = "; ".join(w for *_, w in unread)
             raise CompileError(f"ndl.compile({rec.name}): a value is read to the host inside "
                                f"the step at {lines}: its value now would be replayed every "
-                               "time. Return the Tensor (or return the value read itself) "
+                               "time. Return the Tensor (or the float or array read itself) "
                                "and read it after the call")
         for key, (v, *_) in rec.guards.items():  # data replaced where nothing recorded it
             if v._array is not rec.last[key]:
