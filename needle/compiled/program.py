@@ -5,8 +5,8 @@ first the guards (the train/eval mode of every Module called, the requires_grad,
 shape and dtype of every Tensor read that was made before the step: a change raises
 `Retrace`, before anything ran, and the step is recorded again), then one line per recorded
 operation, with each array slot deleted after its last use (so intermediates are freed as
-eager frees them), and computations whose results nobody reads dropped. No Tensor, Value or graph node is made but
-the Tensors of the result.
+eager frees them), and computations whose results nobody reads dropped. No Tensor, Value or
+graph node is made but the Tensors of the result.
 """
 
 from __future__ import annotations
@@ -87,6 +87,8 @@ class Program:
         self.steps = len(body)
         self._constants = list(rec.consts.values())
         self._draws = list(rec.draw_devices.values())
+        self.replayed_calls = rec.replayed_calls
+        self.grad_targets = [v for key, v in rec.grad_targets.items() if key not in rec.args]
 
     def constants(self) -> list[Any]:
         """The objects the program refers to (parameters, ops, optimizers, devices...)."""

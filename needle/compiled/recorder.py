@@ -51,6 +51,8 @@ class Recorder(StateHooks):
         self.pending: dict = {}  # id(host value) -> (value, slot name, kind, where)
         self.depth = 0  # > 0 inside a call recorded as one step: nothing below is recorded
         self.draw_devices: dict[int, Any] = {}  # devices whose generator the step draws from
+        self.replayed_calls = 0  # optimizer steps, clipping, train(): run whole at replay
+        self.grad_targets: dict[int, Value] = {}  # Values whose .grad the step sets
 
     # ----- bookkeeping -------------------------------------------------------------------
     def active(self) -> bool:
@@ -282,6 +284,7 @@ class Recorder(StateHooks):
             out = fn(*args, **kwargs)
         finally:
             self.depth -= 1
+        self.replayed_calls += 1
         call = f"{self.const(fn)}({', '.join(exprs)})"
         if isinstance(out, Value):
             self.register(out._array, f"{call}._array")
