@@ -124,10 +124,19 @@ def test_compiled_training_is_bit_equal_to_eager(name, device):
     assert not np.array_equal(eager[0][0], eager[0][-1])  # it trained
 
 
+def _forward_backward(model, loss_fn, drop):
+    def step(x, y):
+        loss = loss_fn(drop(model(x)), y)
+        loss.backward(create_graph=False)
+        return loss
+
+    return step
+
+
 def test_a_cuda_graph_replay_is_bit_equal_to_eager():
-    """torch:cuda with `cuda_graph=True`: recorded at the first call, replayed as usual at the
-    second, captured as one CUDA graph at the third and replayed as one after (only where
-    torch sees a GPU)."""
+    """torch:cuda with `cuda_graph=True`: a forward and backward (the optimizer stepping
+    outside) recorded at the first call, replayed as usual at the second, captured as one
+    CUDA graph at the third and replayed as one after (only where torch sees a GPU)."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU for torch here")
@@ -136,27 +145,35 @@ def test_a_cuda_graph_replay_is_bit_equal_to_eager():
     for compiled in (False, True):
         model, opt, xs, ys, _ = _recipe("mlp", device)
         device.manual_seed(7)
-        step = _step_fn(model, opt, False, False)
+        step = _forward_backward(model, nn.SoftmaxLoss(), nn.Dropout(0.25))
         if compiled:
             step = ndl.compile(step, cuda_graph=True)
-        losses = [step(ndl.Tensor(x, device=device, requires_grad=False),
-                       ndl.Tensor(y, device=device, requires_grad=False)).numpy()
-                  for x, y in zip(xs[:8], ys[:8])]
+        losses = []
+        for x, y in zip(xs[:8], ys[:8]):
+            opt.reset_grad()
+            losses.append(step(ndl.Tensor(x, device=device, requires_grad=False),
+                               ndl.Tensor(y, device=device, requires_grad=False)).numpy())
+            opt.step()
         results.append((losses, _state(model, opt, device)))
         if compiled:
-            assert step.cache and type(next(iter(step.cache.values()))[0][0]).__name__ == \
-                "Graphed"
+            graphed = next(iter(step.cache.values()))[0][0]
+            assert type(graphed).__name__ == "Graphed" and graphed.graph is not None
     for a, b in zip(results[0][0] + results[0][1], results[1][0] + results[1][1]):
         assert np.array_equal(a, b)
 
 
-def test_cuda_graph_elsewhere_warns_and_replays_as_usual(device):
+def test_cuda_graph_refused_warns_and_replays_as_usual(device):
+    """An optimizer's step inside the step (its Python would be frozen in a graph), or a
+    device that is not torch:cuda: a warning says why, and the program replays as usual."""
     model, opt, xs, ys, _ = _recipe("mlp", device)
-    step = ndl.compile(_step_fn(model, opt, False, False), cuda_graph=True)
-    if device.kind == "torch" and "cuda" in str(device.native):
-        pytest.skip("a CUDA graph device: see test_a_cuda_graph_replay_is_bit_equal_to_eager")
     x, y = (ndl.Tensor(a[0], device=device, requires_grad=False) for a in (xs, ys))
-    with pytest.warns(UserWarning, match="without a CUDA graph"):
+    step = ndl.compile(_step_fn(model, opt, False, False), cuda_graph=True)
+    with pytest.warns(UserWarning, match="optimizer's step"):
         step(x, y)
     step(x, y)
     assert step.captures == 1
+    if not (device.kind == "torch" and "cuda" in str(device.native)):
+        step = ndl.compile(_forward_backward(model, nn.SoftmaxLoss(), nn.Dropout(0.25)),
+                           cuda_graph=True)
+        with pytest.warns(UserWarning, match="not a torch:cuda device"):
+            step(x, y)

@@ -445,3 +445,16 @@ def test_an_array_function_is_replayed_and_an_op_holding_a_tensor_is_refused(dev
 
     with pytest.raises(ndl.CompileError, match="holds a Tensor"):
         ndl.compile(lambda x: Holds(x * 2)(x))(xs[0])
+
+
+def test_an_integer_read_to_the_host_is_refused_even_when_returned(device):
+    # Python shares small ints: `return n` cannot be told from a constant 1 (wrong at replay)
+    x = ndl.Tensor(np.array([1, 0, 0]), device=device, requires_grad=False)
+
+    @ndl.compile
+    def count(x):
+        n = x.sum().item()  # an int read here (1: the same object as the literal below)
+        return 1 if n else 0
+
+    with pytest.raises(ndl.CompileError, match=f":{_line_of('an int read here')} "):
+        count(x)

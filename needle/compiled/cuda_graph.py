@@ -1,15 +1,21 @@
 """A recorded program replayed as one CUDA graph on `torch:cuda` (`ndl.compile(cuda_graph=True)`).
 
-The program's replay is captured with `torch.cuda.graph` at the program's second replay (the
-first runs as usual: it warms up cuBLAS and makes the optimizer's state). The step's Tensor
-arguments are copied into buffers made for the capture, and every array the step leaves in a
-parameter, a buffer or an optimizer's state is copied back, inside the graph, into the array
-that held it before, so each replay reads and writes the same memory. The generators the step
-draws from are registered with the graph (their offsets advance at each replay, as eager
-draws would). Returned Tensors are copies. The torch calls are in
-backends/torch_cuda_graph.py. On `cuda` (cupy) the ordinary replay already launches the
-kernels one after another with no graph node or gradient rule in Python: cupy refuses cuBLAS
-calls inside a stream capture.
+A graph replays kernels only: what Python computed while it was captured (an optimizer's bias
+correction, a learning rate) would be frozen in it. So only steps without replayed calls
+(Optimizer.step, reset_grad, clip_grad_norm_, train()) are captured: a forward and backward,
+or an inference step; the optimizer steps outside, eagerly. The capture happens at the
+program's second replay (the first runs as usual and warms up cuBLAS). The step's Tensor
+arguments are copied into buffers of the graph; the Tensors it reads (parameters, buffers)
+are read from the arrays they held at the capture: before each replay, new data given to
+one since (an optimizer's update, `p.data = ...`) is copied into that array, and new data
+the step gives one (BatchNorm's running statistics) is copied back into it inside the graph.
+The gradients the step sets are the graph's own arrays, given back to their parameters after
+each replay. The generators the step draws from are registered with the graph (their
+offsets advance at each replay, as eager draws would). Returned Tensors are copies. Checks
+that eager defers to the next read (labels in range) are made at the capture only. The
+torch calls are in backends/torch_cuda_graph.py. On `cuda` (cupy) the ordinary replay already
+launches the kernels one after another with no graph node or gradient rule in Python: cupy
+refuses cuBLAS calls inside a stream capture.
 
 Untested on hardware here (no GPU in this project's CI): `tests/test_compile.py` runs it where
 torch sees a GPU.
@@ -34,50 +40,17 @@ def _device(program: Program, tensors: list) -> Any:
 
 def eligible(program: Program, tensors: list) -> str:
     """Why `program` cannot be replayed as a CUDA graph ("" when it can)."""
-    device = _device(program, tensors)
-    if device is None:
-        return "the step uses several devices (or none)"
-    why = tcg.unavailable_reason(device)
-    if why:
-        return why
+    if program.replayed_calls:
+        return ("the step calls an optimizer's step (or reset_grad, clip_grad_norm_, train()): "
+                "its Python would be frozen in a graph; step the optimizer outside")
     if _WRITES_ARGUMENT.search(program.source):
         return "the step sets the .grad or data of an argument"
     if "_host[" in program.source:
         return "the step returns a value read to the host"
-    return ""
-
-
-def _array_refs(obj: Any, depth: int = 0) -> list[tuple[Any, Any, Any]]:
-    """(container, key, array) for each tensor held by `obj`'s dicts, lists and dataclass
-    fields (an optimizer's state and flat buffers), at most 4 levels down."""
-    out: list = []
-    if depth > 4:
-        return out
-    if isinstance(obj, dict):
-        items = list(obj.items())
-    elif isinstance(obj, list):
-        items = list(enumerate(obj))
-    elif hasattr(obj, "__dict__") and not isinstance(obj, (type, Value)):
-        items = list(vars(obj).items())
-    else:
-        return out
-    for key, value in items:
-        if tcg.is_tensor(value):
-            out.append((obj, key, value))
-        elif isinstance(value, (dict, list)) or hasattr(value, "__dataclass_fields__"):
-            out.extend(_array_refs(value, depth + 1))
-    return out
-
-
-def _get(container: Any, key: Any) -> Any:
-    return container[key] if isinstance(container, (dict, list)) else getattr(container, key)
-
-
-def _set(container: Any, key: Any, value: Any) -> None:
-    if isinstance(container, (dict, list)):
-        container[key] = value
-    else:
-        setattr(container, key, value)
+    device = _device(program, tensors)
+    if device is None:
+        return "the step uses several devices (or none)"
+    return tcg.unavailable_reason(device)
 
 
 class _Argument:
@@ -93,32 +66,35 @@ class CudaGraphReplay:
     """`program` captured as one CUDA graph; called with the step's Tensor arguments."""
 
     def __init__(self, program: Program, tensors: list):
-        from ..optim import Optimizer
-
         self.program = program
         device = _device(program, tensors)
+        device.check_pending()  # (a deferred check read during the capture would sync)
         self.inputs = [device.xp.asarray(t._array, copy=True) for t in tensors]
-        refs = [(v, "_array", v._array) for v, *_ in program.guards]
-        for opt in program.constants():
-            if isinstance(opt, Optimizer):
-                refs += _array_refs(opt)
+        # the arrays the graph reads: each Tensor's data at the capture, kept in place
+        self.held = [(v, v._array) for v, *_ in program.guards]
 
         def run() -> Any:
             out = program.replay(*map(_Argument, self.inputs))
-            for container, key, before in refs:  # the same memory at every replay
-                now = _get(container, key)
-                if now is not before:
-                    tcg.copy_into(before, now)
-                    _set(container, key, before)
+            for v, before in self.held:  # new data of the step's own: back into place
+                if v._array is not before:
+                    tcg.copy_into(before, v._array)
+                    v._array = before
             return out
 
         self.graph = tcg.CudaGraph(device, run, program.generators())
+        self.grads = [(v, v._grad) for v in program.grad_targets]
 
     def __call__(self, tensors: list) -> Any:
         self.program.guard()  # (raises Retrace: the graph replays no Python)
+        for v, before in self.held:  # new data since (an optimizer's): into the graph's
+            if v._array is not before:
+                tcg.copy_into(before, v._array)
+                v._array = before
         for buf, t in zip(self.inputs, tensors):
             tcg.copy_into(buf, t._array)
         self.graph.replay()
+        for v, grad in self.grads:
+            v._grad = grad
         return _copies(self.graph.result)
 
 

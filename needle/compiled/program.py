@@ -53,7 +53,7 @@ class Program:
             lines = "; ".join(w for *_, w in unread)
             raise CompileError(f"ndl.compile({rec.name}): a value is read to the host inside "
                                f"the step at {lines}: its value now would be replayed every "
-                               "time. Return the Tensor (or return the value read itself) "
+                               "time. Return the Tensor (or the float or array read itself) "
                                "and read it after the call")
         for key, (v, *_) in rec.guards.items():  # data replaced where nothing recorded it
             if v._array is not rec.last[key]:
@@ -87,6 +87,8 @@ class Program:
         self.steps = len(body)
         self._constants = list(rec.consts.values())
         self._draws = list(rec.draw_devices.values())
+        self.replayed_calls = rec.replayed_calls
+        self.grad_targets = [v for key, v in rec.grad_targets.items() if key not in rec.args]
 
     def constants(self) -> list[Any]:
         """The objects the program refers to (parameters, ops, optimizers, devices...)."""

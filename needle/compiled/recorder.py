@@ -48,9 +48,11 @@ class Recorder(StateHooks):
         self.last: dict[int, Any] = {}  # id(outside Value) -> the data the program knows it has
         self.modules: dict[int, tuple] = {}  # id(Module) -> (Module, training)
         self.moded: set[int] = set()  # ids of Modules whose mode the step sets itself
-        self.pending: dict[int, tuple] = {}  # id(host value) -> (value, slot name, kind, where)
+        self.pending: dict = {}  # id(host value) -> (value, slot name, kind, where)
         self.depth = 0  # > 0 inside a call recorded as one step: nothing below is recorded
         self.draw_devices: dict[int, Any] = {}  # devices whose generator the step draws from
+        self.replayed_calls = 0  # optimizer steps, clipping, train(): run whole at replay
+        self.grad_targets: dict[int, Value] = {}  # Values whose .grad the step sets
 
     # ----- bookkeeping -------------------------------------------------------------------
     def active(self) -> bool:
@@ -282,6 +284,7 @@ class Recorder(StateHooks):
             out = fn(*args, **kwargs)
         finally:
             self.depth -= 1
+        self.replayed_calls += 1
         call = f"{self.const(fn)}({', '.join(exprs)})"
         if isinstance(out, Value):
             self.register(out._array, f"{call}._array")

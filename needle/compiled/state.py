@@ -59,6 +59,7 @@ class StateHooks:
             expr = self.value(grad, "a gradient")
         else:
             expr = self.array(grad, True, "a gradient")
+        self.grad_targets[id(v)] = v
         self.emit(f"{self.ref(v)}._grad", expr)
 
     def grad_read(self, v: Value, grad: Value) -> None:
@@ -74,7 +75,7 @@ class StateHooks:
 
     def module(self, m: Any) -> None:
         """A Module was called: replays check its train/eval mode."""
-        if self.active() and id(m) not in self.moded:
+        if self.active() and id(m) not in self.moded:  # (and for CUDA graphs)
             self.modules.setdefault(id(m), (m, m.training))
 
     def setting(self, obj: Any, name: str, value: Any) -> None:
@@ -84,6 +85,7 @@ class StateHooks:
         if isinstance(value, Value) or has_array(value):
             raise CompileError(f"ndl.compile({self.name}): {type(obj).__name__}.{name} is set "
                                f"to a tensor value at {where()}; pass a Python number")
+        self.replayed_calls += 1  # (a setting a CUDA graph could not see)
         self.emit(f"{self.const(obj)}.{name}", self.const(value))
 
     def host_read(self, v: Value, kind: str) -> Any:
@@ -93,7 +95,10 @@ class StateHooks:
             return HOST_READS[kind](v.device, data)
         expr = self.value(v, "a value read to the host")
         out = HOST_READS[kind](v.device, data)
-        self.pending[id(out)] = (out, expr, kind, where())
+        # the result is found in what the step returns by identity: Python shares small
+        # ints and bools, so theirs cannot be told from a constant and are never returned
+        key = ("int", len(self.pending)) if type(out) in (int, bool) else id(out)
+        self.pending[key] = (out, expr, kind, where())
         return out
 
     def control_flow(self, v: Value) -> None:
