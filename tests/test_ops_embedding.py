@@ -14,7 +14,7 @@ import needle.ops.embedding  # noqa: F401  (the module: `needle.ops.embedding` n
 from needle.backends.index_add import scatter_add_rows
 from needle.nn.embedding import Embedding
 from needle.nn.module import Parameter
-from needle.ops.embedding import INDEX_ADD, embedding, index_add_array
+from needle.ops.embedding import INDEX_ADD, embedding, index_add_portable
 from needle.testing import check_gradients
 
 
@@ -152,8 +152,8 @@ def test_kernel_agrees_with_the_portable_one_hot(m, n, rest, device):
     idx = device.asarray(idx_host, dtype="int64")
     for values, exact in ((whole, True), (real, False)):
         v = device.asarray(values)
-        fast = device.to_numpy(index_add_array(idx, v, n))
-        portable = device.to_numpy(index_add_array(idx, v, n, portable=True))
+        fast = device.to_numpy(INDEX_ADD(idx, v, n))
+        portable = device.to_numpy(index_add_portable(idx, v, n))
         assert fast.dtype == portable.dtype == values.dtype
         assert fast.shape == portable.shape == (n,) + rest
         if exact:

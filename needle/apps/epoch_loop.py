@@ -111,33 +111,13 @@ def epoch_counts(batches, model: nn.Module, loss_fn, opt=None, *,
     count, recent = 0, []  # recent: (batch number, weighted loss) since the last host read
     for i, (X, y) in enumerate(batches, start=1):
         if step is not None and opt is not None:
-            if forward is None:
-                logits, loss = step(X, y)
-            else:  # a language model's window, from the state the previous one left
-                hidden = batches.hidden
-                pair = isinstance(hidden, tuple)
-                logits, loss, *state = step(X, y, pair, *(
-                    () if hidden is None else hidden if pair else (hidden,)))
-                batches.hidden = tuple(state) if pair else state[0] if state else None
-            errors, total, count = _count(logits, loss, y, errors, total, count, recent,
-                                          check_finite, i)
-            if i % every == 0 and (bar is not None or check_finite):
-                _host_read(logits.device, total, count, recent, bar, check_finite)
-            if bar is not None:
-                bar.update(1)
-            continue
-        with ndl.no_grad() if opt is None else contextlib.nullcontext():
-            logits = model(X) if forward is None else forward(model, X)
-            loss = loss_fn(logits, y)
-        if opt is not None:
-            opt.reset_grad()
-            if create_graph is None:
-                loss.backward()
-            else:
-                loss.backward(create_graph=create_graph)
-            if clip:
-                nn.utils.clip_grad_norm_(params, clip)
-            opt.step()
+            logits, loss = _replayed_step(step, batches, forward, X, y)
+        else:
+            with ndl.no_grad() if opt is None else contextlib.nullcontext():
+                logits = model(X) if forward is None else forward(model, X)
+                loss = loss_fn(logits, y)
+            if opt is not None:
+                _update(opt, loss, create_graph, clip, params)
         errors, total, count = _count(logits, loss, y, errors, total, count, recent,
                                       check_finite, i)
         if i % every == 0 and (bar is not None or check_finite):
@@ -165,6 +145,32 @@ def _count(logits, loss, y, errors, total, count: int, recent: list, check_finit
     return errors, total, count + n
 
 
+def _update(opt, loss, create_graph: bool | None, clip: float | None, params) -> None:
+    """A training step's update: reset_grad, backward (`create_graph=None`: the course's
+    `loss.backward()`), the gradients' global norm clipped to `clip` if given, opt.step()."""
+    opt.reset_grad()
+    if create_graph is None:
+        loss.backward()
+    else:
+        loss.backward(create_graph=create_graph)
+    if clip:
+        nn.utils.clip_grad_norm_(params, clip)
+    opt.step()
+
+
+def _replayed_step(step, batches, forward, X, y) -> tuple[Any, Any]:
+    """(logits, loss) of a `training_step`; a language model's window starts from the state
+    the previous one left, and leaves its own in `batches.hidden`."""
+    if forward is None:
+        return step(X, y)
+    hidden = batches.hidden
+    pair = isinstance(hidden, tuple)
+    logits, loss, *state = step(X, y, pair, *(
+        () if hidden is None else hidden if pair else (hidden,)))
+    batches.hidden = tuple(state) if pair else state[0] if state else None
+    return logits, loss
+
+
 def training_step(model: nn.Module, loss_fn, opt, *, create_graph: bool | None = None,
                   clip: float | None = None) -> Any:
     """One training step as `epoch_counts` runs it eagerly (reset_grad, forward, loss,
@@ -174,14 +180,7 @@ def training_step(model: nn.Module, loss_fn, opt, *, create_graph: bool | None =
     params = model.parameters() if clip else None
 
     def update(loss):
-        opt.reset_grad()
-        if create_graph is None:
-            loss.backward()
-        else:
-            loss.backward(create_graph=create_graph)
-        if clip:
-            nn.utils.clip_grad_norm_(params, clip)
-        opt.step()
+        _update(opt, loss, create_graph, clip, params)
 
     def step(X, y, pair=None, *state):
         if pair is None:

@@ -39,11 +39,6 @@ INDEX_ADD = Kernel("index_add", index_add_portable, fast={
 })
 
 
-def index_add_array(indices: Any, values: Any, n: int, portable: bool = False) -> Any:
-    """The segment sum of raw arrays: the INDEX_ADD kernel (`portable`: its reference)."""
-    return (index_add_portable if portable else INDEX_ADD)(indices, values, n)
-
-
 def _flat(xp: Any, indices: Any) -> Any:
     return xp.reshape(xp.astype(indices, xp.int64, copy=False), (math.prod(indices.shape),))
 
@@ -71,7 +66,7 @@ class SegmentSum(TensorOp):
         xp = namespace(values)
         flat = _flat(xp, indices)
         rest = tuple(values.shape[indices.ndim:])
-        return index_add_array(flat, xp.reshape(values, (flat.shape[0],) + rest), self.n)
+        return INDEX_ADD(flat, xp.reshape(values, (flat.shape[0],) + rest), self.n)
 
     def gradient(self, out_grad, node):
         return EmbeddingLookup()(out_grad, node.inputs[1]), None
