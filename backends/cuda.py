@@ -53,6 +53,14 @@ class CUDADevice(Device):
                 params, outs, body, f"needle_{name}", options=("--fmad=false",) if exact else ())
         return kernel
 
+    def raw_kernel(self, name: str, source: str, entry: str) -> Any:
+        """needle's own cupy RawKernel `entry` of CUDA C `source`, compiled on first use under
+        `name` (one per dtype: the source says which); launched as kernel(grid, block, args)."""
+        kernel = _KERNELS.get(name)
+        if kernel is None:
+            kernel = _KERNELS[name] = self.cupy.RawKernel(source, entry)
+        return kernel
+
     def _new_generator(self, seed: int) -> list[int]:
         """[seed, offset]: a counter-based generator (splitmix.splitmix_uniform), whose state
         a checkpoint holds exactly."""

@@ -38,13 +38,14 @@ STEPS = {  # name -> (kind, size, batch)
     "transformer_b16": ("transformer", None, 16),
     "transformer_b256": ("transformer", None, 256),
 }
-FRAMEWORKS = ("needle cuda", "needle torch:cuda", "pytorch cuda")
+FRAMEWORKS = ("needle cuda", "needle cuda compiled", "needle torch:cuda",
+              "needle torch:cuda compiled", "pytorch cuda")
 
 
 # ----- synchronisation -------------------------------------------------------------------------
 def sync_of(framework: str) -> Callable[[], None]:
     """A function that waits for the framework's GPU work."""
-    if framework == "needle cuda":
+    if framework.startswith("needle cuda"):
         import cupy
 
         return cupy.cuda.Device().synchronize
@@ -55,10 +56,13 @@ def sync_of(framework: str) -> Callable[[], None]:
 
 # ----- needle steps ----------------------------------------------------------------------------
 def needle_device(framework: str) -> ndl.Device:
-    return ndl.cuda() if framework == "needle cuda" else ndl.torch("cuda")
+    return ndl.cuda() if framework.startswith("needle cuda") else ndl.torch("cuda")
 
 
-def needle_step(kind: str, size: int | None, batch: int, device: ndl.Device) -> Callable:
+def needle_step(kind: str, size: int | None, batch: int, device: ndl.Device,
+                compiled: bool = False) -> Callable:
+    """One eager training step, or with `compiled` the same step under ndl.compile (recorded
+    at the first call, replayed after)."""
     rng = np.random.default_rng(0)
     ndl.manual_seed(0)
     if kind == "mlp":
@@ -89,11 +93,16 @@ def needle_step(kind: str, size: int | None, batch: int, device: ndl.Device) -> 
     X.requires_grad = False
     model.train()
 
-    def step():
+    def step(*batch):  # the batch is an argument, so that a compiled step reads it afresh
         opt.reset_grad()
-        loss_of().backward(create_graph=False)
+        loss = loss_of()
+        loss.backward(create_graph=False)
         opt.step()
-    return step
+        return loss
+    if compiled:  # torch:cuda's step is also offered to torch.cuda.graph (cupy cannot capture
+        # cuBLAS calls); a step that replays Python (Adam's bias correction) is refused with a warning
+        step = ndl.compile(step, cuda_graph=device.kind == "torch")
+    return lambda: step(X)
 
 
 # ----- PyTorch steps ---------------------------------------------------------------------------
@@ -236,6 +245,8 @@ def available() -> dict[str, str]:
     reasons = {"needle cuda": ndl.cuda().unavailable_reason(),
                "needle torch:cuda": ndl.torch("cuda").unavailable_reason()}
     reasons["pytorch cuda"] = reasons["needle torch:cuda"]
+    for name in ("needle cuda", "needle torch:cuda"):
+        reasons[f"{name} compiled"] = reasons[name]
     return reasons
 
 
@@ -244,7 +255,8 @@ def run_one(name: str, framework: str, steps: int, warmup: int) -> float:
     if framework == "pytorch cuda":
         step = torch_step(kind, size, batch)
     else:
-        step = needle_step(kind, size, batch, needle_device(framework))
+        step = needle_step(kind, size, batch, needle_device(framework),
+                           compiled=framework.endswith("compiled"))
     return timed_steps(step, steps, warmup=warmup, sync=sync_of(framework))["ms"]
 
 
@@ -264,7 +276,7 @@ def main() -> None:
     only = [n for n in args.only.split(",") if n] or [*STEPS, "lstm_epoch"]
     print(f"median of {args.steps} steps after {args.warmup}, each closed by a sync; ratio to "
           "PyTorch CUDA eager on the same GPU")
-    print(f"{'step':20s}" + "".join(f"{f:>26s}" for f in FRAMEWORKS))
+    print(f"{'step':17s}" + "".join(f"{f:>28s}" for f in FRAMEWORKS))
     for name in only:
         if name == "lstm_epoch":
             continue
@@ -284,12 +296,12 @@ def main() -> None:
             ms = row[framework]
             ratio = f" ({ms / base:4.1f}x)" if ms is not None and base else ""
             cells.append("n/a" if ms is None else f"{ms:8.2f} ms{ratio}")
-        print(f"{name:20s}" + "".join(f"{c:>26s}" for c in cells), flush=True)
+        print(f"{name:17s}" + "".join(f"{c:>28s}" for c in cells), flush=True)
     if "lstm_epoch" in only:
         data, vocab = lm_data()
         epochs = {}
         for framework in FRAMEWORKS:
-            if reasons[framework]:
+            if reasons[framework] or framework.endswith("compiled"):
                 continue
             try:
                 if framework == "pytorch cuda":

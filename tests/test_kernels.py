@@ -13,6 +13,7 @@ import pytest
 import needle as ndl
 from needle import backends, kernels
 from needle.kernels import REGISTRY, Kernel, reference_only
+from needle.ops.norm import normalize_portable
 from needle.ops.reduce import softmax_xent_portable
 
 # Each case maker takes a device and a seeded generator and returns variants
@@ -102,9 +103,56 @@ def sgd_cases(device, rng):
     return cases
 
 
+# (shape, axes): rows (the last axes), columns (the first), and a layout the fast versions
+# hand to the reference; sizes that leave a block's threads idle and need several blocks
+NORM_LAYOUTS = [((6, 5), (1,)), ((6, 5), (0,)), ((3, 4, 37), (2,)), ((300, 70), (0,)),
+                ((2, 3, 4), (1, 2)), ((2, 3, 4), (0, 1)), ((2, 3, 4), (0, 2)), ((5, 600), (1,))]
+
+
+def norm_inputs(device, rng):
+    """(x, axes, rtol) per layout and dtype: float32 sums in another order agree to a few
+    ulps (1e-5 relative, of values about 1), float64 ones to 1e-12; plus a transposed view."""
+    out = []
+    for dtype, rtol in (("float32", 1e-5), ("float64", 1e-12)):
+        for shape, axes in NORM_LAYOUTS:
+            x = rng.standard_normal(shape) * 3 + 1
+            out.append((device.asarray(x, dtype=dtype), axes, rtol))
+    view = device.xp.permute_dims(device.asarray(rng.standard_normal((7, 40)), dtype="float32"),
+                                  (1, 0))
+    return out + [(view, (1,), 1e-5), (view, (0,), 1e-5)]
+
+
+def normalize_cases(device, rng):
+    return [((x, axes, 1e-5), {}, rtol) for x, axes, rtol in norm_inputs(device, rng)]
+
+
+def normalize_grad_cases(device, rng):
+    cases = []
+    for x, axes, rtol in norm_inputs(device, rng):
+        y, s, _, _ = normalize_portable(x, axes, 1e-5)
+        g = device.asarray(rng.standard_normal(tuple(x.shape)), dtype=x.dtype)
+        cases.append(((g, y, s, axes), {}, rtol))
+    return cases
+
+
+def dropout_cases(device, rng):
+    """float32 and float64 x against float32 draws (a GPU's generator) and float64 ones
+    (numpy's), with draws equal to keep (kept) and x holding -0, inf and NaN: rtol 0."""
+    cases = []
+    for xdt, udt in (("float32", "float32"), ("float32", "float64"), ("float64", "float32")):
+        x = rng.standard_normal((33, 65)) * 4
+        x[0, :3] = [-0.0, np.inf, np.nan]
+        u = rng.random((33, 65))
+        u[0, :6] = 0.7
+        cases.append(((device.asarray(x, dtype=xdt), device.asarray(u, dtype=udt), 0.7), {}, 0))
+    return cases
+
+
 CASES = {"im2col": im2col_cases, "index_add": index_add_cases,
          "softmax_xent": softmax_xent_cases, "softmax_xent_grad": softmax_xent_grad_cases,
-         "add_to_fresh": add_to_fresh_cases, "adam": adam_cases, "sgd": sgd_cases}
+         "add_to_fresh": add_to_fresh_cases, "adam": adam_cases, "sgd": sgd_cases,
+         "normalize": normalize_cases, "normalize_grad": normalize_grad_cases,
+         "dropout": dropout_cases}
 
 
 def on_host(device, result):

@@ -177,3 +177,14 @@ def test_the_only_import_cycle_is_the_tensors_operators_needing_ops():
     assert in_cycles == through_tensor, sorted(in_cycles - through_tensor)
     assert all(m == "needle.autograd.tensor" or m.startswith("needle.ops")
                for m in in_cycles), sorted(in_cycles)
+
+
+def test_every_package_folder_is_installed():
+    """A wheel holds only the packages pyproject.toml lists: a new subpackage left out of the
+    list imports from a checkout but not once installed (needle.compiled was, once)."""
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+                 ["packages"])
+    found = {".".join(("needle", *p.parent.relative_to(ROOT / "needle").parts)).rstrip(".")
+             for p in (ROOT / "needle").rglob("__init__.py")}
+    found |= {"needle.backends"} if (ROOT / "backends" / "__init__.py").is_file() else set()
+    assert found <= listed, f"not in pyproject.toml's packages: {sorted(found - listed)}"

@@ -7,7 +7,6 @@ from typing import Any
 
 from .. import init, ops
 from ..autograd import Tensor
-from ..autograd.graph import array_function
 from ..backends import Device
 from .module import Module, Parameter, check_size
 
@@ -131,12 +130,6 @@ class Linear(Module):
                 f"bias={self.bias is not None}")
 
 
-@array_function
-def _keep_mask(xp, draws, keep: float, dtype):
-    """Dropout's mask: 1 where a draw is <= keep, else 0, in `dtype`."""
-    return xp.astype(draws <= keep, dtype)
-
-
 class Dropout(Module):
     """Zeroes each entry with probability p in training (scaling the rest by 1/(1-p))."""
 
@@ -153,10 +146,9 @@ class Dropout(Module):
         device = x.device
         keep = 1.0 - self.p
         # drawn on the device (numpy's global state on cpu: the course's float64 draws and
-        # its randb mask), then x * mask / keep in the course's float32 order
+        # its randb mask), then x * mask / keep in the course's float32 order, one node
         draws = device.random(x.shape)
-        mask = _keep_mask(device.xp, draws, keep, x._realize().dtype)
-        return x * Tensor.make_const(mask, device=device) / keep
+        return ops.dropout_mask(x, Tensor.make_const(draws, device=device), keep)
 
     def extra_repr(self) -> str:
         return f"p={self.p}"

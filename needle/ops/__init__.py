@@ -12,6 +12,7 @@ from .scalar import (
 from .unary import Exp, Log, ReLU, Sigmoid, Tanh, exp, log, relu, sigmoid, tanh
 from .dtypes import AsType, astype
 from .conv import Col2Im, Conv, Im2Col, Pad, Taps, conv, im2col, pad
+from .dropout import DropoutMask, dropout_mask
 from .embedding import EmbeddingLookup, SegmentSum, embedding
 from .linalg import Affine, MatMul, affine, matmul
 from .lstm import LSTMCellOutput, LSTMCellState, lstm_cell_output, lstm_cell_state
@@ -50,6 +51,7 @@ __all__ = [
     "Conv", "Im2Col", "Col2Im", "Taps", "Pad", "conv", "im2col", "pad",
     "AvgPool2dOp", "Fold2d", "MaxPool2dOp", "Unfold2d", "avg_pool2d", "fold2d",
     "max_pool2d", "unfold2d", "EmbeddingLookup", "SegmentSum", "embedding",
+    "DropoutMask", "dropout_mask",
     "SoftmaxCrossEntropy", "SoftmaxCrossEntropyGrad", "softmax_cross_entropy",
     "Softmax", "SoftmaxGrad", "softmax", "ScaleShift", "scale_shift",
     "LSTMCellState", "LSTMCellOutput", "lstm_cell_state", "lstm_cell_output",

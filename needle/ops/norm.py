@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ..autograd.tensor import Tensor, TensorOp
 from ..backends import namespace
+from ..kernels import Kernel
 from .axes import freeze_axes, normalize_axes
 from .movement import reshape
 from .reduce import keepdims_shape, summation
@@ -38,6 +39,26 @@ def _stats(xp, x, axes, eps):
     return centered / std, 1.0 / std, mean, var
 
 
+def normalize_portable(x, axes: tuple[int, ...], eps: float):
+    """(y, s, mean, var) of x standardised over the non-negative `axes` (see `_stats`)."""
+    return _stats(namespace(x), x, axes, eps)
+
+
+def normalize_grad_portable(g, y, s, axes: tuple[int, ...]):
+    """s P g = s (g - mean(g) - y mean(g y)) over `axes`: the adjoint at the x that gave
+    (y, s), for the output adjoint g."""
+    xp = namespace(g)
+    return s * (g - _mean(xp, g, axes) - y * _mean(xp, g * y, axes))
+
+
+#: on cuda one kernel each way (a block per row or per 32 columns) instead of about eight
+#: arrays forward and six backward, two of them reductions, each a launch of tens of us
+NORMALIZE = Kernel("normalize", normalize_portable,
+                   fast={"cuda": "needle.backends.normalize:normalize_cuda"})
+NORMALIZE_GRAD = Kernel("normalize_grad", normalize_grad_portable,
+                        fast={"cuda": "needle.backends.normalize:normalize_grad_cuda"})
+
+
 class Normalize(TensorOp):
     """(x - mean) / sqrt(var + eps) over `axes`, with the biased variance.
 
@@ -58,7 +79,7 @@ class Normalize(TensorOp):
 
     def forward(self, x):
         axes = normalize_axes("normalize", self.axes, x.shape)
-        y, s, mean, var = _stats(namespace(x), x, axes, self.eps)
+        y, s, mean, var = NORMALIZE(x, axes, self.eps)
         self.stats = (mean, var)
         return y, (x, y, s)
 
@@ -80,14 +101,13 @@ class NormalizeGrad(TensorOp):
         self.saved = saved  # (x, y, s) from the Normalize of this x
 
     def compute(self, x, g):
-        xp = namespace(x)
         axes = normalize_axes("normalize", self.axes, x.shape)
         saved = self.saved
         if saved is not None and saved[0] is x:
             y, s = saved[1], saved[2]
         else:
-            y, s = _stats(xp, x, axes, self.eps)[:2]
-        return s * (g - _mean(xp, g, axes) - y * _mean(xp, g * y, axes))
+            y, s = NORMALIZE(x, axes, self.eps)[:2]
+        return NORMALIZE_GRAD(g, y, s, axes)
 
     def gradient(self, h, node):
         # F(x, g) = s P g. F is linear in g with a symmetric map: d<F,h>/dg = s P h.

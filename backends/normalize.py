@@ -1,0 +1,216 @@
+"""Standardisation on cuda, one kernel forward and one backward (fast versions of
+needle.ops.norm.NORMALIZE and NORMALIZE_GRAD).
+
+The portable op makes about eight arrays forward (two of them cupy reductions, each tens of
+microseconds to launch) and six backward; here one block reduces each row (the last axes:
+LayerNorm) or each group of 32 columns (the first axes: BatchNorm), in the portable op's
+two passes (mean, then the mean square of x - mean) and float32 operations, but summing in
+its own order: the results agree with the reference to a few float32 ulps, not to the bit.
+Other layouts, dtypes and empty arrays run the reference.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from . import device_of
+
+_TYPES = {"float32": "float", "float64": "double"}
+
+SOURCE = r"""
+typedef %s T;
+
+// the sum of v over a one-dimensional block whose size is a power of 2 (at most 256)
+__device__ T block_sum(T v, T* buf) {
+    buf[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned k = blockDim.x / 2; k > 0; k >>= 1) {
+        if (threadIdx.x < k) buf[threadIdx.x] += buf[threadIdx.x + k];
+        __syncthreads();
+    }
+    T out = buf[0];
+    __syncthreads();
+    return out;
+}
+
+// block (32, 32): the sum of v over threadIdx.y, for each threadIdx.x (one column each)
+__device__ T column_sum(T v, T* buf) {
+    int at = threadIdx.y * 33 + threadIdx.x;
+    buf[at] = v;
+    __syncthreads();
+    for (int k = 16; k > 0; k >>= 1) {
+        if (threadIdx.y < k) buf[at] += buf[at + k * 33];
+        __syncthreads();
+    }
+    T out = buf[threadIdx.x];
+    __syncthreads();
+    return out;
+}
+
+// x (rows, d) contiguous, one block per row: y = (x - mean) / sqrt(var + eps), s = 1 / sqrt(..)
+extern "C" __global__ void norm_rows(const T* x, T* y, T* s, T* mean, T* var,
+                                     long long d, T eps) {
+    __shared__ T buf[256];
+    long long r = blockIdx.x;
+    const T* xr = x + r * d;
+    T* yr = y + r * d;
+    T acc = 0;
+    for (long long i = threadIdx.x; i < d; i += blockDim.x) acc += xr[i];
+    T mu = block_sum(acc, buf) / (T)d;
+    acc = 0;
+    for (long long i = threadIdx.x; i < d; i += blockDim.x) {
+        T c = xr[i] - mu;
+        acc += c * c;
+    }
+    T v = block_sum(acc, buf) / (T)d;
+    T sd = sqrt(v + eps);
+    for (long long i = threadIdx.x; i < d; i += blockDim.x) yr[i] = (xr[i] - mu) / sd;
+    if (threadIdx.x == 0) {
+        s[r] = (T)1 / sd;
+        mean[r] = mu;
+        var[r] = v;
+    }
+}
+
+// x (n, d) contiguous, normalised over axis 0: block (32, 32) per 32 columns
+extern "C" __global__ void norm_cols(const T* x, T* y, T* s, T* mean, T* var,
+                                     long long n, long long d, T eps) {
+    __shared__ T buf[32 * 33];
+    long long j = blockIdx.x * 32LL + threadIdx.x;
+    bool ok = j < d;
+    T acc = 0;
+    if (ok) for (long long i = threadIdx.y; i < n; i += 32) acc += x[i * d + j];
+    T mu = column_sum(acc, buf) / (T)n;
+    acc = 0;
+    if (ok) for (long long i = threadIdx.y; i < n; i += 32) {
+        T c = x[i * d + j] - mu;
+        acc += c * c;
+    }
+    T v = column_sum(acc, buf) / (T)n;
+    T sd = sqrt(v + eps);
+    if (ok) {
+        for (long long i = threadIdx.y; i < n; i += 32) y[i * d + j] = (x[i * d + j] - mu) / sd;
+        if (threadIdx.y == 0) {
+            s[j] = (T)1 / sd;
+            mean[j] = mu;
+            var[j] = v;
+        }
+    }
+}
+
+// dx = s (g - mean(g) - y mean(g y)) per row
+extern "C" __global__ void norm_grad_rows(const T* g, const T* y, const T* s, T* dx,
+                                          long long d) {
+    __shared__ T buf[256];
+    long long r = blockIdx.x;
+    const T* gr = g + r * d;
+    const T* yr = y + r * d;
+    T a = 0, b = 0;
+    for (long long i = threadIdx.x; i < d; i += blockDim.x) {
+        a += gr[i];
+        b += gr[i] * yr[i];
+    }
+    T mg = block_sum(a, buf) / (T)d;
+    T mgy = block_sum(b, buf) / (T)d;
+    T sr = s[r];
+    for (long long i = threadIdx.x; i < d; i += blockDim.x)
+        dx[r * d + i] = sr * (gr[i] - mg - yr[i] * mgy);
+}
+
+// the same per column of (n, d)
+extern "C" __global__ void norm_grad_cols(const T* g, const T* y, const T* s, T* dx,
+                                          long long n, long long d) {
+    __shared__ T buf[32 * 33];
+    long long j = blockIdx.x * 32LL + threadIdx.x;
+    bool ok = j < d;
+    T a = 0, b = 0;
+    if (ok) for (long long i = threadIdx.y; i < n; i += 32) {
+        a += g[i * d + j];
+        b += g[i * d + j] * y[i * d + j];
+    }
+    T mg = column_sum(a, buf) / (T)n;
+    T mgy = column_sum(b, buf) / (T)n;
+    if (ok) {
+        T sj = s[j];
+        for (long long i = threadIdx.y; i < n; i += 32)
+            dx[i * d + j] = sj * (g[i * d + j] - mg - y[i * d + j] * mgy);
+    }
+}
+"""
+
+
+def _kernel(gpu: Any, dtype: str, entry: str) -> Any:
+    return gpu.raw_kernel(f"{entry}_{dtype}", SOURCE % _TYPES[dtype], entry)
+
+
+def _layout(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[str, int, int] | None:
+    """("rows", rows, d) when `axes` are the trailing ones, ("cols", n, d) when they are the
+    leading ones (not all), None otherwise or when there is nothing to reduce."""
+    k, nd = len(axes), len(shape)
+    size = math.prod(shape)
+    if not k or size == 0:
+        return None
+    if tuple(sorted(axes)) == tuple(range(nd - k, nd)):
+        d = math.prod(shape[nd - k:])
+        return "rows", size // d, d
+    if tuple(sorted(axes)) == tuple(range(k)):
+        n = math.prod(shape[:k])
+        return "cols", n, size // n
+    return None
+
+
+def _threads(d: int) -> int:
+    """A power of 2 from 32 to 256, enough for a row of d."""
+    return min(256, max(32, 1 << (d - 1).bit_length()))
+
+
+def normalize_cuda(x: Any, axes: tuple[int, ...], eps: float) -> tuple[Any, Any, Any, Any]:
+    """(y, s, mean, var) as the reference gives them, in one kernel."""
+    layout = _layout(tuple(x.shape), axes)
+    dtype = x.dtype.name
+    if layout is None or dtype not in _TYPES:
+        from ..kernels import REGISTRY
+
+        return REGISTRY["normalize"].reference(x, axes, eps)
+    gpu = device_of(x)
+    cp = gpu.cupy
+    how, n, d = layout
+    keep = tuple(1 if i in axes else size for i, size in enumerate(x.shape))
+    with gpu.native:
+        x = cp.ascontiguousarray(x)
+        y = cp.empty_like(x)
+        s, mean, var = (cp.empty(keep, dtype=x.dtype) for _ in range(3))
+        e = np.dtype(dtype).type(eps)
+        if how == "rows":
+            _kernel(gpu, dtype, "norm_rows")((n,), (_threads(d),),
+                                             (x, y, s, mean, var, np.int64(d), e))
+        else:
+            _kernel(gpu, dtype, "norm_cols")(((d + 31) // 32,), (32, 32),
+                                             (x, y, s, mean, var, np.int64(n), np.int64(d), e))
+    return y, s, mean, var
+
+
+def normalize_grad_cuda(g: Any, y: Any, s: Any, axes: tuple[int, ...]) -> Any:
+    """s (g - mean(g) - y mean(g y)) over `axes`, in one kernel."""
+    layout = _layout(tuple(y.shape), axes)
+    dtype = y.dtype.name
+    if (layout is None or dtype not in _TYPES or g.dtype != y.dtype or s.dtype != y.dtype
+            or tuple(g.shape) != tuple(y.shape)):
+        from ..kernels import REGISTRY
+
+        return REGISTRY["normalize_grad"].reference(g, y, s, axes)
+    gpu = device_of(g)
+    cp = gpu.cupy
+    how, n, d = layout
+    with gpu.native:
+        g, y, s = (cp.ascontiguousarray(a) for a in (g, y, s))
+        dx = cp.empty_like(y)
+        if how == "rows":
+            _kernel(gpu, dtype, "norm_grad_rows")((n,), (_threads(d),), (g, y, s, dx, np.int64(d)))
+        else:
+            _kernel(gpu, dtype, "norm_grad_cols")(((d + 31) // 32,), (32, 32),
+                                                  (g, y, s, dx, np.int64(n), np.int64(d)))
+    return dx
