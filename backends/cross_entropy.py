@@ -35,3 +35,103 @@ def softmax_xent_grad_cpu(e: Any, sums: Any, labels: Any, g: Any) -> Any:
     out = np.multiply(e, scale / sums)
     out[np.arange(n), labels] -= scale
     return out
+
+
+# ----- cuda: one block per row forward, one elementwise kernel backward ---------------------
+_TYPES = {"float32": "float", "float64": "double"}
+
+XENT_SOURCE = r"""
+typedef %s T;
+
+__device__ float negative_infinity(float) { return __int_as_float(0xff800000); }
+__device__ double negative_infinity(double) { return __longlong_as_double(0xfff0000000000000ULL); }
+
+// the sum (or the max) of v over a one-dimensional block of 256 threads
+__device__ T block_reduce(T v, T* buf, bool take_max) {
+    buf[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned k = blockDim.x / 2; k > 0; k >>= 1) {
+        if (threadIdx.x < k) {
+            T other = buf[threadIdx.x + k];
+            buf[threadIdx.x] = take_max ? (other > buf[threadIdx.x] ? other : buf[threadIdx.x])
+                                        : buf[threadIdx.x] + other;
+        }
+        __syncthreads();
+    }
+    T out = buf[0];
+    __syncthreads();
+    return out;
+}
+
+// logits z (n, k) contiguous, one block per row: e = exp(z - m) with m the row max (0 where it
+// is not finite), its row sum, and the row's loss log(sum) - (z[label] - m)
+extern "C" __global__ void xent_rows(const T* z, const long long* labels, T* e, T* sums,
+                                     T* loss, long long k) {
+    __shared__ T buf[256];
+    long long r = blockIdx.x;
+    const T* zr = z + r * k;
+    T* er = e + r * k;
+    T m = negative_infinity((T)0);
+    for (long long i = threadIdx.x; i < k; i += blockDim.x) m = zr[i] > m ? zr[i] : m;
+    m = block_reduce(m, buf, true);
+    if (!isfinite(m)) m = 0;
+    T acc = 0;
+    for (long long i = threadIdx.x; i < k; i += blockDim.x) {
+        T v = exp(zr[i] - m);
+        er[i] = v;
+        acc += v;
+    }
+    T sum = block_reduce(acc, buf, false);
+    if (threadIdx.x == 0) {
+        sums[r] = sum;
+        loss[r] = log(sum) - (zr[labels[r]] - m);
+    }
+}
+"""
+
+#: g (softmax - onehot) / n over e and its row sums, in the portable rule's two roundings
+XENT_GRAD_CUDA = "X p = e * (scale / sums); res = (i % k == label) ? p - scale : p;"
+
+
+def softmax_xent_cuda(logits: Any, labels: Any) -> tuple[Any, Any, Any]:
+    """(mean cross-entropy, exp(logits - row max), row sums) with one kernel for the rows
+    (the row sums in another order than cupy's: a few ulps) and one sum over them; rows
+    whose max is NaN give a NaN loss, as the reference's (its e, NaN-shifted, differs)."""
+    from . import device_of
+
+    n, k = logits.shape
+    dtype = logits.dtype.name
+    if not n or not k or dtype not in _TYPES:
+        from ..kernels import REGISTRY
+
+        return REGISTRY["softmax_xent"].reference(logits, labels)
+    gpu = device_of(logits)
+    cp = gpu.cupy
+    with gpu.native:
+        z = cp.ascontiguousarray(logits)
+        labels = cp.ascontiguousarray(labels.astype(cp.int64, copy=False))
+        e = cp.empty_like(z)
+        sums = cp.empty((n, 1), dtype=z.dtype)
+        loss = cp.empty((n,), dtype=z.dtype)
+        kernel = gpu.raw_kernel(f"xent_rows_{dtype}", XENT_SOURCE % _TYPES[dtype], "xent_rows")
+        kernel((n,), (256,), (z, labels, e, sums, loss, np.int64(k)))
+        return cp.sum(loss) * (1.0 / n), e, sums
+
+
+def softmax_xent_grad_cuda(e: Any, sums: Any, labels: Any, g: Any) -> Any:
+    """g (softmax - onehot(labels)) / n in one elementwise kernel (after the scale's)."""
+    from . import device_of
+
+    n, k = e.shape
+    if not e.size or e.dtype.name not in _TYPES or g.dtype != e.dtype or sums.dtype != e.dtype:
+        from ..kernels import REGISTRY
+
+        return REGISTRY["softmax_xent_grad"].reference(e, sums, labels, g)
+    gpu = device_of(e)
+    cp = gpu.cupy
+    with gpu.native:
+        scale = g * (1.0 / n)
+        kernel = gpu.elementwise_kernel("xent_grad", "X e, X sums, int64 label, X scale, int64 k",
+                                        "X res", XENT_GRAD_CUDA, exact=True)
+        return kernel(e, sums, cp.reshape(labels.astype(cp.int64, copy=False), (n, 1)),
+                      scale, np.int64(k))

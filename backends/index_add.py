@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -34,14 +35,54 @@ def scatter_add_rows(zeros: Callable[..., Any], scatter_add: Callable[..., Any],
     return out
 
 
+#: one thread per (sorted position, column): the first position of each run of equal ids
+#: adds the run's rows in their original order (a stable sort's), as index_add_cpu does
+SEGMENT_SOURCE = r"""
+typedef %s T;
+
+extern "C" __global__ void segment_sum(const long long* ids, const long long* order,
+                                       const T* values, T* out, long long m, long long d,
+                                       long long n) {
+    long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= m * d) return;
+    long long p = t / d, j = t - p * d;
+    long long id = ids[p];
+    if ((p > 0 && ids[p - 1] == id) || id < 0 || id >= n) return;
+    T acc = values[order[p] * d + j];
+    for (long long q = p + 1; q < m && ids[q] == id; ++q) acc += values[order[q] * d + j];
+    out[id * d + j] = acc;
+}
+"""
+_TYPES = {"float32": "float", "float64": "double"}
+
+
 def index_add_cuda(indices: Any, values: Any, n: int) -> Any:
-    """cupy.add.at (atomic adds) into zeros (n, ...)."""
+    """A stable sort of the indices, then one kernel that sums each run of equal ones in
+    order: deterministic (cupy.add.at's atomic adds are not: two runs could differ in the
+    last bit) and bit-equal to index_add_cpu. Ids outside [0, n) are skipped (the index
+    check, deferred on a GPU, reports them). Other dtypes use cupy.add.at."""
     from . import device_of
 
     gpu = device_of(values)
     cp = gpu.cupy
+    m = indices.shape[0]
+    dtype = values.dtype.name
     with gpu.native:
-        return scatter_add_rows(cp.zeros, cp.add.at, indices, values, n)
+        if dtype not in _TYPES or not m:
+            return scatter_add_rows(cp.zeros, cp.add.at, indices, values, n)
+        rest = tuple(values.shape[1:])
+        d = math.prod(rest)
+        indices = indices.astype(cp.int64, copy=False)
+        order = cp.argsort(indices)  # stable: cupy has no other
+        ids = cp.ascontiguousarray(indices[order])
+        flat = cp.ascontiguousarray(cp.reshape(values, (m, d)))
+        out = cp.zeros((n,) + rest, dtype=values.dtype)
+        if d:
+            kernel = gpu.raw_kernel(f"segment_sum_{dtype}", SEGMENT_SOURCE % _TYPES[dtype],
+                                    "segment_sum")
+            kernel(((m * d + 255) // 256,), (256,),
+                   (ids, order, flat, out, np.int64(m), np.int64(d), np.int64(n)))
+        return out
 
 
 def index_add_torch(indices: Any, values: Any, n: int) -> Any:

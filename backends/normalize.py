@@ -214,3 +214,21 @@ def normalize_grad_cuda(g: Any, y: Any, s: Any, axes: tuple[int, ...]) -> Any:
             _kernel(gpu, dtype, "norm_grad_cols")(((d + 31) // 32,), (32, 32),
                                                   (g, y, s, dx, np.int64(n), np.int64(d)))
     return dx
+
+
+#: new = old * (1 - m) + batch * m in the portable rule's three roundings (no multiply-add)
+MOVING_AVERAGE_CUDA = "T a = old * omm; T b = batch * mm; res = a + b;"
+
+
+def moving_average_cuda(old: Any, batch: Any, m: float) -> Any:
+    """A running statistic's update in one elementwise kernel."""
+    if batch.dtype != old.dtype or batch.size != old.size:
+        from ..kernels import REGISTRY
+
+        return REGISTRY["moving_average"].reference(old, batch, m)
+    gpu = device_of(old)
+    with gpu.native:
+        kernel = gpu.elementwise_kernel("moving_average", "T old, T batch, T omm, T mm", "T res",
+                                        MOVING_AVERAGE_CUDA, exact=True)
+        t = old.dtype.type
+        return kernel(old, gpu.cupy.reshape(batch, old.shape), t(1.0 - m), t(m))

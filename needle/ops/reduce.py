@@ -184,11 +184,14 @@ def softmax_xent_grad_portable(e, sums, labels, g):
     return xp.where(hit, p - scale, p)
 
 
-#: the cpu's versions make fewer fresh (N, k) arrays: exp in place, the adjoint over e
+#: the cpu's versions make fewer fresh (N, k) arrays: exp in place, the adjoint over e; the
+#: cuda ones are a kernel per row (and a sum) forward and one elementwise kernel backward
 SOFTMAX_XENT = Kernel("softmax_xent", softmax_xent_portable,
-                      fast={"cpu": "needle.backends.cross_entropy:softmax_xent_cpu"})
+                      fast={"cpu": "needle.backends.cross_entropy:softmax_xent_cpu",
+                            "cuda": "needle.backends.cross_entropy:softmax_xent_cuda"})
 SOFTMAX_XENT_GRAD = Kernel("softmax_xent_grad", softmax_xent_grad_portable,
-                           fast={"cpu": "needle.backends.cross_entropy:softmax_xent_grad_cpu"})
+                           fast={"cpu": "needle.backends.cross_entropy:softmax_xent_grad_cpu",
+                                 "cuda": "needle.backends.cross_entropy:softmax_xent_grad_cuda"})
 
 
 class SoftmaxCrossEntropy(TensorOp):
