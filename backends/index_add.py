@@ -36,7 +36,7 @@ def scatter_add_rows(zeros: Callable[..., Any], scatter_add: Callable[..., Any],
 
 
 #: one thread per (sorted position, column): the first position of each run of equal ids
-#: adds the run's rows in their original order (a stable sort's), as index_add_cpu does
+#: adds the run's rows one by one in their original order (a stable sort's)
 SEGMENT_SOURCE = r"""
 typedef %s T;
 
@@ -59,7 +59,7 @@ _TYPES = {"float32": "float", "float64": "double"}
 def index_add_cuda(indices: Any, values: Any, n: int) -> Any:
     """A stable sort of the indices, then one kernel that sums each run of equal ones in
     order: deterministic (cupy.add.at's atomic adds are not: two runs could differ in the
-    last bit) and bit-equal to index_add_cpu. Ids outside [0, n) are skipped (the index
+    last bit), though not in numpy reduceat's order. Ids outside [0, n) are skipped (the index
     check, deferred on a GPU, reports them). Other dtypes use cupy.add.at."""
     from . import device_of
 

@@ -9,11 +9,12 @@ saying "none here". A fast version is imported the first time its kind calls the
 runs, so a call costs one dict lookup.
 
 The calling convention is the reference's, and the first argument is an array of the device
-the kernel runs on. A fast version takes every call its reference takes and returns the same
-numbers (to the bit where it computes in the same order: tests/test_kernels.py checks every
-registered pair). A kernel that updates arrays returns them: a fast version may return the
-very arrays it was given, updated in place, so a caller uses the result either way and hands
-over only arrays nobody else holds.
+the kernel runs on. A fast version takes every call its reference takes (or returns
+NotImplemented for one it leaves to the reference: a layout or dtype it has no kernel for)
+and returns the same numbers (to the bit where it computes in the same order:
+tests/test_kernels.py checks every registered pair). A kernel that updates arrays returns
+them: a fast version may return the very arrays it was given, updated in place, so a caller
+uses the result either way and hands over only arrays nobody else holds.
 """
 
 from __future__ import annotations
@@ -52,10 +53,14 @@ class Kernel:
         run = self._by_type.get(a.__class__)
         if run is None:
             run = self.on(a)
-        return run(a, *args, **kwargs)
+        out = run(a, *args, **kwargs)
+        if out is NotImplemented:  # a call the fast version leaves to the reference
+            return self.reference(a, *args, **kwargs)
+        return out
 
     def on(self, a: Any) -> Callable[..., Any]:
-        """The function this kernel runs for arrays like `a` (to bind once in a loop)."""
+        """The function this kernel runs for arrays like `a` (to bind once in a loop; for a
+        kernel whose fast versions take every call, never returning NotImplemented)."""
         run = self._by_type.get(a.__class__)
         if run is None:
             run = self._by_type[a.__class__] = self.implementation(device_of(a).kind)

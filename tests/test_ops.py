@@ -103,6 +103,7 @@ def np_fold2d(t, k, s, size):
     return out
 
 
+DRAWS = np.random.default_rng(1).random((3, 4))  # Dropout's uniform draws, some above 0.7
 LABELS = np.array([2, 0, 3])
 
 
@@ -341,6 +342,9 @@ CASES = [
     Case("segment_sum_2d_index",
          lambda v: ndl.ops.SegmentSum(4)(v, index_tensor(SEGMENTS, 4, "test", v.device)),
          lambda v: np_add_at(np.array(SEGMENTS), v, 4), [(2, 2, 3)]),
+    Case("dropout_mask", lambda a: ndl.ops.dropout_mask(
+        a, ndl.Tensor(DRAWS, device=a.device, requires_grad=False), 0.7),
+         lambda a: a * (DRAWS <= 0.7) / 0.7, [(3, 4)]),
     Case("softmax_cross_entropy", lambda a: ndl.softmax_cross_entropy(a, labels_on(a)),
          lambda a: np.mean(np_logsumexp(a, 1) - a[np.arange(3), LABELS]), [(3, 4)]),
     Case("softmax_cross_entropy_grad",

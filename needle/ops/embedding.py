@@ -6,9 +6,9 @@ indices accumulate), and the gradient of that is the lookup again, so second ord
 The indices are a constant input: they get no gradient.
 
 The segment sum is the INDEX_ADD kernel: a sort and one reduceat on cpu, a sort and a kernel
-summing each run on cuda (both deterministic, and equal to the bit), the libraries'
-scatter-adds on torch and jax; its portable reference is a one-hot
-matmul, (num, m) @ (m, dim), fine for small tables and checked against the others in the tests.
+summing each run on cuda (both deterministic), the libraries' scatter-adds on torch and jax;
+its portable reference is a one-hot matmul, (num, m) @ (m, dim), fine for small tables and
+checked against the others in the tests.
 """
 
 from __future__ import annotations
