@@ -14,3 +14,15 @@ def add_to_fresh_cpu(out: Any, b: Any) -> Any:
             b.shape == out.shape or np.broadcast_shapes(out.shape, b.shape) == out.shape):
         return np.add(out, b, out=out)
     return out + b
+
+
+def add_to_fresh_cuda(out: Any, b: Any) -> Any:
+    """The same on a GPU: cupy's add into `out` where the result fits it, else `out + b`."""
+    if (type(b) is type(out) and b.dtype == out.dtype and out.flags.c_contiguous
+            and (b.shape == out.shape or np.broadcast_shapes(out.shape, b.shape) == out.shape)):
+        from . import device_of
+
+        gpu = device_of(out)
+        with gpu.native:
+            return gpu.cupy.add(out, b, out=out)
+    return out + b

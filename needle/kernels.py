@@ -100,4 +100,5 @@ def reference_only(*kernels: Kernel) -> Iterator[None]:
 #: result, a running sum of adjoints): the cpu adds in place where the result fits `out`.
 #: Declared here, not beside one op: Affine, ScaleShift, Conv and the backward engine use it.
 ADD_TO_FRESH = Kernel("add_to_fresh", operator.add,
-                      fast={"cpu": "needle.backends.add_to_fresh:add_to_fresh_cpu"})
+                      fast={"cpu": "needle.backends.add_to_fresh:add_to_fresh_cpu",
+                            "cuda": "needle.backends.add_to_fresh:add_to_fresh_cuda"})

@@ -159,11 +159,25 @@ def moving_average_cases(device, rng):
             ((*arrays((5,)), *arrays((1, 5), dtype="float64"), 0.1), {}, 0)]  # promoted
 
 
+def matmul_cases(device, rng):
+    """2-d products (cuda: cupy.dot, the same cuBLAS call as cupy.matmul: rtol 0), a
+    transposed view, float64, and a batched product the fast version leaves to the reference."""
+    def arrays(*shapes, dtype="float32"):
+        return [device.asarray(rng.standard_normal(s), dtype=dtype) for s in shapes]
+
+    a, b = arrays((300, 70), (130, 70))
+    return [(tuple(arrays((5, 4), (4, 3))), {}, 0),
+            ((a, device.xp.permute_dims(b, (1, 0))), {}, 0),
+            (tuple(arrays((64, 33), (33, 17), dtype="float64")), {}, 0),
+            (tuple(arrays((2, 5, 4), (2, 4, 3))), {}, 0)]
+
+
 CASES = {"im2col": im2col_cases, "index_add": index_add_cases,
          "softmax_xent": softmax_xent_cases, "softmax_xent_grad": softmax_xent_grad_cases,
          "add_to_fresh": add_to_fresh_cases, "adam": adam_cases, "sgd": sgd_cases,
          "normalize": normalize_cases, "normalize_grad": normalize_grad_cases,
-         "dropout": dropout_cases, "moving_average": moving_average_cases}
+         "dropout": dropout_cases, "moving_average": moving_average_cases,
+         "matmul": matmul_cases}
 
 
 def on_host(device, result):

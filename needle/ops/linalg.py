@@ -4,10 +4,19 @@ from __future__ import annotations
 
 from ..autograd.tensor import Tensor
 from ..backends import namespace
-from ..kernels import ADD_TO_FRESH
+from ..kernels import ADD_TO_FRESH, Kernel
 from .dtypes import PromotingOp
 from .elementwise import check_broadcast
 from .movement import reshape, sum_to_shape
+
+
+def matmul_portable(a, b):
+    """a @ b of two arrays (xp's matmul: jax's computes float32 at full precision)."""
+    return namespace(a).matmul(a, b)
+
+
+#: cuda's 2-d products skip cupy.matmul's Python-side checks (backends/matmul.py)
+MATMUL = Kernel("matmul", matmul_portable, fast={"cuda": "needle.backends.matmul:matmul_cuda"})
 
 
 class MatMul(PromotingOp):
@@ -44,9 +53,9 @@ class MatMul(PromotingOp):
             # a stack of rows times one matrix (Linear on (B, T, F)): one 2-d product, where
             # a batched matmul would make one small product per leading index
             lead = tuple(a.shape[:-1])
-            out = xp.matmul(xp.reshape(a, (-1, a.shape[-1])), b)
+            out = MATMUL(xp.reshape(a, (-1, a.shape[-1])), b)
             return xp.reshape(out, lead + (b.shape[-1],))
-        return xp.matmul(a, b)  # xp's: jax's computes float32 at full precision
+        return MATMUL(a, b)
 
     def gradient(self, out_grad, node):
         a, b = node.inputs
