@@ -172,12 +172,46 @@ def matmul_cases(device, rng):
             (tuple(arrays((2, 5, 4), (2, 4, 3))), {}, 0)]
 
 
+def lstm_arrays(device, rng, dtype, shapes):
+    return [device.asarray(rng.standard_normal(s) * 2, dtype=dtype) for s in shapes]
+
+
+def lstm_state_cases(device, rng):
+    """z (B, 4H), c (B, H) or None; float32 and float64; a gates view of a wider array."""
+    cases = []
+    for dtype in ("float32", "float64"):
+        z, c = lstm_arrays(device, rng, dtype, [(5, 12), (5, 3)])
+        cases += [((z, c), {}, 0), ((z, None), {}, 0)]
+    wide = lstm_arrays(device, rng, "float32", [(5, 20)])[0]
+    return cases + [((wide[:, 4:16], lstm_arrays(device, rng, "float32", [(5, 3)])[0]), {}, 0)]
+
+
+def lstm_output_cases(device, rng):
+    return [(tuple(lstm_arrays(device, rng, dtype, [(5, 12), (5, 3)])), {}, 0)
+            for dtype in ("float32", "float64")]
+
+
+def lstm_state_grad_cases(device, rng):
+    cases = []
+    for dtype in ("float32", "float64"):
+        z, c, g = lstm_arrays(device, rng, dtype, [(5, 12), (5, 3), (5, 3)])
+        cases += [((z, c, g), {}, 0), ((z, None, g), {}, 0)]
+    return cases
+
+
+def lstm_output_grad_cases(device, rng):
+    return [(tuple(lstm_arrays(device, rng, dtype, [(5, 12), (5, 3), (5, 3)])), {}, 0)
+            for dtype in ("float32", "float64")]
+
+
 CASES = {"im2col": im2col_cases, "index_add": index_add_cases,
          "softmax_xent": softmax_xent_cases, "softmax_xent_grad": softmax_xent_grad_cases,
          "add_to_fresh": add_to_fresh_cases, "adam": adam_cases, "sgd": sgd_cases,
          "normalize": normalize_cases, "normalize_grad": normalize_grad_cases,
          "dropout": dropout_cases, "moving_average": moving_average_cases,
-         "matmul": matmul_cases}
+         "matmul": matmul_cases, "lstm_state": lstm_state_cases,
+         "lstm_output": lstm_output_cases, "lstm_state_grad": lstm_state_grad_cases,
+         "lstm_output_grad": lstm_output_grad_cases}
 
 
 def on_host(device, result):

@@ -168,6 +168,19 @@ def np_lstm_state(z, c=None):
     return i * g if c is None else f * c + i * g
 
 
+def np_lstm_state_grad(z, c, g):
+    """[dz | dc] of np_lstm_state for the output adjoint g (H = 2): c None for zeros."""
+    i, f, t = np_sig(z[:, :2]), np_sig(z[:, 2:4]), np.tanh(z[:, 4:6])
+    df = 0 * g if c is None else g * c * f * (1 - f)
+    return np.concatenate([g * t * i * (1 - i), df, g * i * (1 - t * t), 0 * g, g * f], 1)
+
+
+def np_lstm_output_grad(z, c, g):
+    o, t = np_sig(z[:, 6:]), np.tanh(c)
+    zero = 0 * g
+    return np.concatenate([zero, zero, zero, g * t * o * (1 - o), g * o * (1 - t * t)], 1)
+
+
 CASES = [
     # elementwise, with tensors and with scalars
     Case("add", lambda a, b: a + b, np.add, [(3, 4), (3, 4)]),
@@ -368,6 +381,13 @@ CASES = [
     Case("lstm_cell_state_zero", ndl.ops.lstm_cell_state, np_lstm_state, [(3, 8)]),
     Case("lstm_cell_output", ndl.ops.lstm_cell_output,
          lambda z, c: np_sig(z[:, 6:]) * np.tanh(c), [(3, 8), (3, 2)]),
+    # their fused adjoints, whose own gradients (the cell's second order) are checked here
+    Case("lstm_cell_state_grad", lambda z, c, g: ndl.ops.LSTMCellStateGrad()(z, c, g),
+         np_lstm_state_grad, [(3, 8), (3, 2), (3, 2)]),
+    Case("lstm_cell_state_grad_zero", lambda z, g: ndl.ops.LSTMCellStateGrad()(z, g),
+         lambda z, g: np_lstm_state_grad(z, None, g), [(3, 8), (3, 2)]),
+    Case("lstm_cell_output_grad", lambda z, c, g: ndl.ops.LSTMCellOutputGrad()(z, c, g),
+         np_lstm_output_grad, [(3, 8), (3, 2), (3, 2)]),
     Case("one_hot_tuple",
          lambda a: (lambda t: t[1] + t[0] * 2.0 + t[2])(
              ndl.ops.OneHotTuple(1, ((a.shape, a._array.dtype),) * 3)(a)),

@@ -15,7 +15,10 @@ from .conv import Col2Im, Conv, Im2Col, Pad, Taps, conv, im2col, pad
 from .dropout import DropoutMask, dropout_mask
 from .embedding import EmbeddingLookup, SegmentSum, embedding
 from .linalg import Affine, MatMul, affine, matmul
-from .lstm import LSTMCellOutput, LSTMCellState, lstm_cell_output, lstm_cell_state
+from .lstm import (
+    LSTMCellOutput, LSTMCellOutputGrad, LSTMCellState, LSTMCellStateGrad, lstm_cell_output,
+    lstm_cell_state,
+)
 from .movement import (
     BroadcastTo, Dilate, Flip, GetItem, Permute, Reshape, ScatterItem, SumToShape, Transpose,
     UnDilate, broadcast_to, dilate, flip, get_item, permute, reshape, sum_to_shape, transpose,
@@ -54,7 +57,8 @@ __all__ = [
     "DropoutMask", "dropout_mask",
     "SoftmaxCrossEntropy", "SoftmaxCrossEntropyGrad", "softmax_cross_entropy",
     "Softmax", "SoftmaxGrad", "softmax", "ScaleShift", "scale_shift",
-    "LSTMCellState", "LSTMCellOutput", "lstm_cell_state", "lstm_cell_output",
+    "LSTMCellState", "LSTMCellOutput", "LSTMCellStateGrad", "LSTMCellOutputGrad",
+    "lstm_cell_state", "lstm_cell_output",
     "AsType", "astype",
 ]
 
