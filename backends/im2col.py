@@ -46,3 +46,43 @@ def im2col_cuda(a: Any, kernel: tuple[int, int], stride: int, padding: int) -> A
     with gpu.native:
         return strided_im2col(cp.zeros, cp.lib.stride_tricks.as_strided, a, kernel, stride,
                               padding)
+
+
+#: one thread per input pixel and channel (n, y, x, c): the sum over the taps (a, b), in
+#: row-major order from zero, of the window entries that read it
+COL2IM_CUDA = """
+const ptrdiff_t c = i % C, x = (i / C) % W, y = (i / (C * W)) % H, n = i / (C * W * H);
+T acc = 0;
+for (long long a = 0; a < KH; ++a) {
+    const long long py = y + P - a;
+    if (py < 0 || py % S != 0 || py / S >= HO) continue;
+    for (long long b = 0; b < KW; ++b) {
+        const long long px = x + P - b;
+        if (px < 0 || px % S != 0 || px / S >= WO) continue;
+        acc += taps[((((a * KW + b) * N + n) * HO + py / S) * WO + px / S) * C + c];
+    }
+}
+res = acc;
+"""
+
+
+def col2im_cuda(taps: Any, shape: tuple, kernel: tuple[int, int], stride: int,
+                padding: int) -> Any:
+    """The windows added back in one kernel: a gather per input pixel, no atomics."""
+    from . import device_of
+
+    if taps.ndim != 5 or taps.dtype.kind != "f":
+        return NotImplemented
+    gpu = device_of(taps)
+    cp = gpu.cupy
+    n, h, w, c = shape
+    i64 = np.int64
+    with gpu.native:
+        taps = cp.ascontiguousarray(taps)
+        out = cp.empty((n, h, w, c), dtype=taps.dtype)
+        k = gpu.elementwise_kernel(
+            "col2im", "raw T taps, int64 N, int64 H, int64 W, int64 C, int64 KH, int64 KW, "
+            "int64 S, int64 P, int64 HO, int64 WO", "T res", COL2IM_CUDA)
+        k(taps, i64(n), i64(h), i64(w), i64(c), i64(kernel[0]), i64(kernel[1]), i64(stride),
+          i64(padding), i64(taps.shape[2]), i64(taps.shape[3]), out)
+        return out

@@ -204,6 +204,21 @@ def lstm_output_grad_cases(device, rng):
             for dtype in ("float32", "float64")]
 
 
+def col2im_cases(device, rng):
+    """Overlapping windows (sums in tap order from zero: bit-equal), padded ones, disjoint
+    ones (stride above the kernel: some pixels read by no window), float32 and float64."""
+    cases = []
+    for (n, h, w, c), kernel, stride, padding, dtype in [
+            ((2, 7, 6, 3), (3, 3), 1, 1, "float32"), ((2, 7, 6, 3), (2, 3), 2, 0, "float64"),
+            ((1, 9, 8, 2), (5, 5), 3, 2, "float32"), ((2, 8, 8, 4), (2, 2), 3, 0, "float32")]:
+        ho = (h + 2 * padding - kernel[0]) // stride + 1
+        wo = (w + 2 * padding - kernel[1]) // stride + 1
+        taps = rng.standard_normal((kernel[0] * kernel[1], n, ho, wo, c))
+        cases.append(((device.asarray(taps, dtype=dtype), (n, h, w, c), kernel, stride,
+                       padding), {}, 0))
+    return cases
+
+
 CASES = {"im2col": im2col_cases, "index_add": index_add_cases,
          "softmax_xent": softmax_xent_cases, "softmax_xent_grad": softmax_xent_grad_cases,
          "add_to_fresh": add_to_fresh_cases, "adam": adam_cases, "sgd": sgd_cases,
@@ -211,7 +226,7 @@ CASES = {"im2col": im2col_cases, "index_add": index_add_cases,
          "dropout": dropout_cases, "moving_average": moving_average_cases,
          "matmul": matmul_cases, "lstm_state": lstm_state_cases,
          "lstm_output": lstm_output_cases, "lstm_state_grad": lstm_state_grad_cases,
-         "lstm_output_grad": lstm_output_grad_cases}
+         "lstm_output_grad": lstm_output_grad_cases, "col2im": col2im_cases}
 
 
 def on_host(device, result):

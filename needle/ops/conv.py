@@ -158,6 +158,21 @@ class Taps(TensorOp):
         return Col2Im(node.inputs[0].shape, self.kernel, self.stride, self.padding)(out_grad)
 
 
+def col2im_portable(taps, shape: tuple, kernel: tuple[int, int], stride: int, padding: int):
+    """Tap-major windows (kh*kw, N, Ho, Wo, C) added back into zeros of the NHWC `shape`
+    (padded, then cropped), tap by tap in row-major order."""
+    n, h, w, c = shape
+    p = padding
+    # each tap a contiguous block when `taps` is (the conv gradient's batched matmul)
+    out = add_windows(taps, (n, h + 2 * p, w + 2 * p, c), (1, 2), kernel, stride)
+    return out[:, p:p + h, p:p + w, :] if p else out
+
+
+#: on cuda one kernel gathers each input pixel's taps (in the same order, from zero) where
+#: the portable version writes K*K strided slices one by one
+COL2IM = Kernel("col2im", col2im_portable, fast={"cuda": "needle.backends.im2col:col2im_cuda"})
+
+
 class Col2Im(TensorOp):
     """The adjoint of the window gathers: tap-major windows (kh*kw, N, Ho, Wo, C) added back
     into an (N, H, W, C) input."""
@@ -169,11 +184,7 @@ class Col2Im(TensorOp):
         self.padding = int_at_least("col2im", "padding", padding, 0)
 
     def compute(self, taps):
-        n, h, w, c = self.shape
-        p = self.padding
-        # each tap a contiguous block when `taps` is (the conv gradient's batched matmul)
-        out = add_windows(taps, (n, h + 2 * p, w + 2 * p, c), (1, 2), self.kernel, self.stride)
-        return out[:, p:p + h, p:p + w, :] if p else out
+        return COL2IM(taps, self.shape, self.kernel, self.stride, self.padding)
 
     def gradient(self, out_grad, node):
         return Taps(self.kernel, self.stride, self.padding)(out_grad)
