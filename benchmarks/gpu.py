@@ -7,8 +7,10 @@ MLPResNet (784 -> hidden, 3 blocks, Dropout 0.1, Adam) at hidden 1024 / batch 10
 and one epoch of the LSTM language model on the built-in Penn Treebank split (needle-train's
 recipe: hidden 100, SGD lr 4, clip 0.25, batch 20, windows of 40), also on needle's cpu.
 Each needle step also runs compiled (`ndl.compile`, as needle-train runs its step by
-default). Every step is closed by a device synchronisation; the figure is the median of
-`--steps` timed steps after `--warmup` untimed ones. Ratios are to PyTorch on the same GPU.
+default) and, on torch:cuda, with its forward and backward captured as one CUDA graph
+(`cuda_graph=True`; the optimizer steps outside, eagerly). Every step is closed by a device
+synchronisation; the figure is the median of `--steps` timed steps after `--warmup` untimed
+ones. Ratios are to PyTorch on the same GPU.
 
     python benchmarks/gpu.py [--steps 20] [--only mlp_h1024_b100,lstm_epoch] [--no-cpu-epoch]
 """
@@ -40,7 +42,7 @@ STEPS = {  # name -> (kind, size, batch)
     "transformer_b256": ("transformer", None, 256),
 }
 FRAMEWORKS = ("needle cuda", "needle cuda compiled", "needle torch:cuda",
-              "needle torch:cuda compiled", "pytorch cuda")
+              "needle torch:cuda compiled", "needle torch:cuda graphed", "pytorch cuda")
 
 
 # ----- synchronisation -------------------------------------------------------------------------
@@ -61,9 +63,10 @@ def needle_device(framework: str) -> ndl.Device:
 
 
 def needle_step(kind: str, size: int | None, batch: int, device: ndl.Device,
-                compiled: bool = False) -> Callable:
+                compiled: bool = False, graphed: bool = False) -> Callable:
     """One eager training step, or with `compiled` the same step under ndl.compile (recorded
-    at the first call, replayed after)."""
+    at the first call, replayed after), or with `graphed` its forward and backward compiled
+    with cuda_graph=True (one CUDA graph on torch:cuda) and the optimizer stepping outside."""
     rng = np.random.default_rng(0)
     ndl.manual_seed(0)
     if kind == "mlp":
@@ -100,6 +103,19 @@ def needle_step(kind: str, size: int | None, batch: int, device: ndl.Device,
         loss.backward(create_graph=False)
         opt.step()
         return loss
+    if graphed:
+        def forward_backward(*batch):
+            loss = loss_of()
+            loss.backward(create_graph=False)
+            return loss
+        graph = ndl.compile(forward_backward, cuda_graph=True)
+
+        def graphed_step():
+            opt.reset_grad()
+            loss = graph(X)
+            opt.step()
+            return loss
+        return graphed_step
     if compiled:  # no cuda_graph: a step that steps an optimizer is not captured (its Python
         step = ndl.compile(step)  # would be frozen in the graph)
     return lambda: step(X)
@@ -257,6 +273,7 @@ def available() -> dict[str, str]:
     reasons["pytorch cuda"] = reasons["needle torch:cuda"]
     for name in ("needle cuda", "needle torch:cuda"):
         reasons[f"{name} compiled"] = reasons[name]
+    reasons["needle torch:cuda graphed"] = reasons["needle torch:cuda"]
     return reasons
 
 
@@ -266,7 +283,8 @@ def run_one(name: str, framework: str, steps: int, warmup: int) -> float:
         step = torch_step(kind, size, batch)
     else:
         step = needle_step(kind, size, batch, needle_device(framework),
-                           compiled=framework.endswith("compiled"))
+                           compiled=framework.endswith("compiled"),
+                           graphed=framework.endswith("graphed"))
     return timed_steps(step, steps, warmup=warmup, sync=sync_of(framework))["ms"]
 
 
@@ -311,7 +329,7 @@ def main() -> None:
         data, vocab = lm_data()
         epochs = {}
         for framework in FRAMEWORKS:
-            if reasons[framework]:
+            if reasons[framework] or framework.endswith("graphed"):
                 continue
             try:
                 if framework == "pytorch cuda":
