@@ -20,9 +20,8 @@ from . import device_of
 
 _TYPES = {"float32": "float", "float64": "double"}
 
-SOURCE = r"""
-typedef %s T;
-
+#: block reductions, shared with backends/sums.py (T is typedef'd by the user of the text)
+HELPERS = r"""
 // the sum of v over a one-dimensional block whose size is a power of 2 (at most 256)
 __device__ T block_sum(T v, T* buf) {
     buf[threadIdx.x] = v;
@@ -49,7 +48,9 @@ __device__ T column_sum(T v, T* buf) {
     __syncthreads();
     return out;
 }
+"""
 
+SOURCE = "typedef %s T;\n" + HELPERS + r"""
 // x (rows, d) contiguous, one block per row: y = (x - mean) / sqrt(var + eps), s = 1 / sqrt(..)
 extern "C" __global__ void norm_rows(const T* x, T* y, T* s, T* mean, T* var,
                                      long long d, T eps) {

@@ -219,6 +219,24 @@ def col2im_cases(device, rng):
     return cases
 
 
+def sum_cases(device, rng):
+    """Rows, columns, keepdims or not, all axes, float64, a view, and layouts the cuda
+    version leaves to cupy (interior axes; a long sum with few outputs): float32 sums in
+    another order agree to a few ulps (1e-5 relative, 1e-5 absolute on terms of about 1)."""
+    cases = []
+    for shape, axes, keepdims, dtype in [
+            ((6, 5), (1,), True, "float32"), ((6, 5), (0,), False, "float32"),
+            ((300, 70), (0,), True, "float32"), ((3, 4, 37), (2,), False, "float64"),
+            ((2, 3, 4), (1, 2), True, "float32"), ((2, 3, 4), (0, 1), False, "float32"),
+            ((2, 3, 4), (0, 2), False, "float32"), ((5, 600), None, False, "float32"),
+            ((2, 50000), (1,), False, "float32"), ((70000, 3), (0,), True, "float32")]:
+        a = device.asarray(rng.standard_normal(shape), dtype=dtype)
+        cases.append(((a, axes, keepdims), {}, 1e-5 if dtype == "float32" else 1e-12))
+    view = device.xp.permute_dims(device.asarray(rng.standard_normal((7, 40)), dtype="float32"),
+                                  (1, 0))
+    return cases + [((view, (1,), True), {}, 1e-5)]
+
+
 CASES = {"im2col": im2col_cases, "index_add": index_add_cases,
          "softmax_xent": softmax_xent_cases, "softmax_xent_grad": softmax_xent_grad_cases,
          "add_to_fresh": add_to_fresh_cases, "adam": adam_cases, "sgd": sgd_cases,
@@ -226,7 +244,8 @@ CASES = {"im2col": im2col_cases, "index_add": index_add_cases,
          "dropout": dropout_cases, "moving_average": moving_average_cases,
          "matmul": matmul_cases, "lstm_state": lstm_state_cases,
          "lstm_output": lstm_output_cases, "lstm_state_grad": lstm_state_grad_cases,
-         "lstm_output_grad": lstm_output_grad_cases, "col2im": col2im_cases}
+         "lstm_output_grad": lstm_output_grad_cases, "col2im": col2im_cases,
+         "sum": sum_cases}
 
 
 def on_host(device, result):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ..autograd.tensor import Tensor, TensorOp
 from ..backends import namespace
+from ..kernels import SUM
 from .movement import broadcast_to, reshape
 from .reduce import _finite_max, summation
 
@@ -46,7 +47,7 @@ class Softmax(TensorOp):
         if self.causal:
             z = _causal(xp, z)
         e = xp.exp(z - _finite_max(xp, z, (a.ndim - 1,)))
-        return e / xp.sum(e, axis=-1, keepdims=True)
+        return e / SUM(e, (e.ndim - 1,), True)
 
     def gradient(self, out_grad, node):
         return SoftmaxGrad(self.temperature)(node.result, out_grad)
@@ -66,9 +67,8 @@ class SoftmaxGrad(TensorOp):
         self.temperature = float(temperature)
 
     def compute(self, y, g):
-        xp = namespace(y)
         gy = g * y
-        out = gy - y * xp.sum(gy, axis=-1, keepdims=True)
+        out = gy - y * SUM(gy, (gy.ndim - 1,), True)
         return out / self.temperature if self.temperature != 1.0 else out
 
     def gradient(self, h, node):
