@@ -86,12 +86,12 @@ def backward(output: Value, out_grad: Any) -> None:
             parts = op.gradient(grad, view)
         if parts.__class__ is not tuple:  # what gradient_as_tuple does, inlined
             parts = tuple(parts) if isinstance(parts, list) else (parts,)
+        fit = not op.adjoints_fit  # a user op's adjoint may need summing to its input's shape
         for inp, partial in zip(node.inputs, parts):
             if partial is None or not inp.requires_grad:
                 continue
-            data = inp._array  # (inline: the common case is an adjoint of the input's shape)
-            if data.__class__ is not tuple and (
-                    partial._array if record else partial).shape != data.shape:
+            if fit and inp._array.__class__ is not tuple and (
+                    partial._array if record else partial).shape != inp._array.shape:
                 partial = inp._fit_adjoint(partial)
             pending = partials_of.get(inp)
             if pending is None:

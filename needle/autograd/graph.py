@@ -39,6 +39,14 @@ class Op:
 
     #: True for ops whose `forward` returns (output, values kept for the gradient)
     saves = False
+    #: True for needle's own ops, whose rules return adjoints shaped like their inputs (the
+    #: op table checks each one): the engine then skips its per-edge shape check, a safety
+    #: net that sums a user op's broadcast adjoint back to its input's shape
+    adjoints_fit = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.adjoints_fit = cls.__module__.startswith("needle.")
 
     def __call__(self, *args: Value) -> Value:
         raise NotImplementedError()
