@@ -8,7 +8,7 @@ is recorded), so second order works.
 
 from __future__ import annotations
 
-from ..autograd.graph import array_function, array_of
+from ..autograd.graph import Value, array_function, array_of
 from ..autograd.tensor import Tensor, constant_like
 from ..backends import namespace
 from ..kernels import Kernel
@@ -99,9 +99,12 @@ LSTM_OUTPUT_GRAD = Kernel("lstm_output_grad", lstm_output_grad_portable,
 
 
 def _split(packed, hidden: int):
-    """(dz (B, 4H), dc (B, H)) from a packed (B, 5H) adjoint."""
-    return (get_item(packed, (slice(None), slice(0, 4 * hidden))),
-            get_item(packed, (slice(None), slice(4 * hidden, 5 * hidden))))
+    """(dz (B, 4H), dc (B, H)) from a packed (B, 5H) adjoint: two GetItem nodes, or on a raw
+    array (no graph recorded) the same two views without building the ops."""
+    z, c = (slice(None), slice(0, 4 * hidden)), (slice(None), slice(4 * hidden, 5 * hidden))
+    if isinstance(packed, Value):
+        return get_item(packed, z), get_item(packed, c)
+    return packed[z], packed[c]
 
 
 class LSTMCellState(PromotingOp):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..autograd.graph import Value, array_of
+from ..autograd.graph import Value
 from ..autograd.tensor import OneHotAdjoint, Tensor, TensorOp, TensorTuple, TensorTupleOp
 from ..backends import namespace
 from .axes import normalize_axis
@@ -51,7 +51,12 @@ class TupleGetItem(TensorOp):
         return a[self.index]
 
     def gradient(self, out_grad, node):
-        like = tuple((tuple(v.shape), v.dtype) for v in array_of(node.inputs[0]))
+        source = node.inputs[0]
+        if not isinstance(source, Value):  # raw arrays: what OneHotTuple gives them, without
+            out: list = [None] * len(source)  # the (shape, dtype) of every element (a loop
+            out[self.index] = out_grad  # over all T steps of a split, for each step)
+            return (tuple(out),)
+        like = tuple((tuple(v.shape), v.dtype) for v in source._array)
         return _one_adjoint(OneHotTuple(self.index, like)(out_grad))
 
 
