@@ -22,20 +22,43 @@ _array, _requires_grad = attrgetter("_array"), attrgetter("requires_grad")
 
 
 class ArrayNode:
-    """A node as a gradient rule sees it when no graph is recorded: raw arrays throughout."""
+    """A node as a gradient rule sees it when no graph is recorded: raw arrays throughout.
 
-    __slots__ = ("op", "inputs", "result", "saved", "needs_input_grad", "device")
+    `inputs` are the arrays the op computed on; the other fields are read from the node
+    only when a rule asks (most rules read two or three of them).
+    """
+
+    __slots__ = ("inputs", "node")
 
     def show(self, node: Value) -> ArrayNode:
         """This view, now of `node` (the engine reuses one view for every node of a walk)."""
-        inputs = node.inputs
-        self.op = node.op
-        self.inputs = tuple(map(_array, inputs))  # a TensorTuple's: a tuple of arrays
-        self.needs_input_grad = tuple(map(_requires_grad, inputs))
-        self.result = node._array
-        self.saved = node.saved
-        self.device = node.device
+        self.node = node
+        arrays = node._arrays
+        self.inputs = tuple(map(_array, node.inputs)) if arrays is None else arrays
         return self
+
+    @property
+    def op(self) -> Any:
+        return self.node.op
+
+    @property
+    def result(self) -> Any:
+        """The op's output array."""
+        return self.node._array
+
+    @property
+    def saved(self) -> Any:
+        """What the op's `forward` kept for the gradient."""
+        return self.node.saved
+
+    @property
+    def needs_input_grad(self) -> tuple[bool, ...]:
+        """For each input, whether it requires a gradient."""
+        return tuple(map(_requires_grad, self.node.inputs))
+
+    @property
+    def device(self) -> Any:
+        return self.node.device
 
 
 def backward(output: Value, out_grad: Any) -> None:
@@ -78,11 +101,9 @@ def backward(output: Value, out_grad: Any) -> None:
             parts = op.gradient(grad, node)
         else:
             node._grad = grad  # an array (or a tuple): `Value.grad` wraps it when read
-            inputs = node.inputs  # the view, now of this node (view.show, inlined)
-            view.op, view.result, view.saved = op, node._array, node.saved
-            view.inputs = tuple(map(_array, inputs))
-            view.needs_input_grad = tuple(map(_requires_grad, inputs))
-            view.device = node.device
+            view.node = node  # the view, now of this node (view.show, inlined)
+            arrays = node._arrays
+            view.inputs = tuple(map(_array, node.inputs)) if arrays is None else arrays
             parts = op.gradient(grad, view)
         if parts.__class__ is not tuple:  # what gradient_as_tuple does, inlined
             parts = tuple(parts) if isinstance(parts, list) else (parts,)

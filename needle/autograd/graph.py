@@ -90,7 +90,7 @@ class Value:
     # a weak reference to one (intermediate nodes), or an array left by a backward that
     # recorded no graph (wrapped when read).
     __slots__ = ("op", "inputs", "_array", "requires_grad", "device", "_grad",
-                 "_version", "saved", "__weakref__")
+                 "_version", "saved", "_arrays", "__weakref__")
 
     op: Op | None
     inputs: tuple[Value, ...]
@@ -195,6 +195,7 @@ class Value:
         self._grad = None
         self._version = 0
         self.saved = None
+        self._arrays = None
         if _TRACER is not None:
             _TRACER.created(self)
 
@@ -227,17 +228,21 @@ class Value:
         value._grad = None
         value.requires_grad = requires_grad
         value._version = _VERSION_CLOCK
+        arrays = tuple(map(_array_of_value, inputs))
         if _TRACER is not None:
             value._array, saved = _TRACER.op(op, inputs, value)
         elif op.saves:
-            value._array, saved = op.forward(*[x._array for x in inputs])
+            value._array, saved = op.forward(*arrays)
         else:
-            value._array, saved = op.compute(*[x._array for x in inputs]), None
-        if requires_grad:
-            value.op, value.inputs, value.saved = op, inputs, saved
+            value._array, saved = op.compute(*arrays), None
+        if requires_grad:  # the input arrays too: what a backward without a graph reads
+            value.op, value.inputs, value.saved, value._arrays = op, inputs, saved, arrays
         else:  # nothing to differentiate: keep no references to the inputs
-            value.op, value.inputs, value.saved = None, (), None
+            value.op, value.inputs, value.saved, value._arrays = None, (), None, None
         return value
+
+
+_array_of_value = attrgetter("_array")
 
 
 def _evaluate(op: Op, inputs: tuple) -> Any:
