@@ -43,7 +43,7 @@ extern "C" __global__ void sum_cols(const T* x, T* out, long long n, long long d
 _MAX_TERMS_PER_BLOCK = 1 << 15
 
 
-def sum_cuda(a: Any, axes: tuple[int, ...] | None, keepdims: bool) -> Any:
+def sum_cuda(a: Any, axes: tuple[int, ...] | None, keepdims: bool = False) -> Any:
     """The sum of `a` over the non-negative `axes` (None: all) in one kernel."""
     shape = tuple(a.shape)
     axes = tuple(range(len(shape))) if axes is None else tuple(axes)

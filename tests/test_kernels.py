@@ -261,6 +261,24 @@ def test_every_registered_kernel_has_a_case_and_names_known_kinds():
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
+def test_every_fast_version_takes_its_references_calls(name):
+    """The same parameters, kinds and defaults as the reference (a fast version missing a
+    default broke every two-argument call of SUM on the GPU, where no cpu test could see it)."""
+    import inspect
+
+    def params(fn):  # (name, default) per parameter; positional-only ones (operator.add's)
+        return [(None if p.kind is p.POSITIONAL_ONLY else p.name, p.default)  # by place
+                for p in inspect.signature(fn).parameters.values()]
+
+    kernel = REGISTRY[name]
+    expected = params(kernel.reference)
+    for kind in kernel.fast:
+        got = params(kernel.implementation(kind))
+        assert [g if e[0] else (None, g[1]) for g, e in zip(got, expected)] == expected and (
+            len(got) == len(expected)), f"{name} on {kind}: {got} for {expected}"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
 def test_every_fast_path_names_a_function(name):
     kernel = REGISTRY[name]
     for kind, path in kernel.fast.items():  # imports numpy-side modules only, never cupy
