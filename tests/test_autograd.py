@@ -533,13 +533,42 @@ def test_two_backwards_over_a_retained_graph_agree_without_recomputing(
     grads = []
     for _ in range(2):
         w.grad = None
-        loss.backward(create_graph=create_graph)
+        loss.backward(create_graph=create_graph, retain_graph=True)
         grads.append(w.grad.numpy())
     assert recomputed == []
     np.testing.assert_array_equal(grads[0], grads[1])
     w2, loss2 = _saving_model(device)  # a fresh graph gives the same numbers
     loss2.backward(create_graph=create_graph)
     np.testing.assert_array_equal(w2.grad.numpy(), grads[0])
+
+
+@pytest.mark.parametrize("create_graph", [True, False])
+def test_without_retain_graph_saved_values_are_freed_and_recomputed_alike(
+        device, create_graph, monkeypatch):
+    """retain_graph defaults to create_graph (PyTorch's rule): a backward that does not retain
+    the graph drops what the ops saved (im2col's windows, a norm's statistics, the softmax's
+    exponentials) as it passes; a second backward recomputes them, to the same numbers."""
+    import sys
+
+    w, loss = _saving_model(device)
+    saving = [n for n in autograd.find_topo_sort([loss])
+              if type(n.op).__name__ in ("Conv", "Normalize", "SoftmaxCrossEntropy")]
+    loss.backward(create_graph=create_graph, retain_graph=False)
+    first = w.grad.numpy()
+    assert len(saving) == 3 and all(n.saved is None for n in saving)
+    recomputed = []
+    norm = sys.modules["needle.ops.norm"]
+    real = norm.NORMALIZE  # the statistics, on every device (a kernel on cuda)
+    monkeypatch.setattr(norm, "NORMALIZE", lambda *a: (recomputed.append(1), real(*a))[1])
+    w.grad = None
+    loss.backward(create_graph=create_graph)
+    assert recomputed
+    np.testing.assert_array_equal(w.grad.numpy(), first)
+    if not create_graph:  # the default for create_graph=False: not retained
+        _, loss3 = _saving_model(device)
+        loss3.backward(create_graph=False)
+        assert all(n.saved is None for n in autograd.find_topo_sort([loss3])
+                   if type(n.op).__name__ == "Normalize")
 
 
 class _BroadcastPlus(ndl.autograd.TensorOp):

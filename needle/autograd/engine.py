@@ -61,9 +61,10 @@ class ArrayNode:
         return self.node.device
 
 
-def backward(output: Value, out_grad: Any) -> None:
+def backward(output: Value, out_grad: Any, retain_graph: bool = True) -> None:
     """Set `.grad` of every value `output` depends on, for the adjoint `out_grad` of `output`
-    (a Tensor while grad mode is on, else a raw array)."""
+    (a Tensor while grad mode is on, else a raw array). Without `retain_graph`, each node's
+    saved values are dropped once its rule has run (a later walk recomputes them)."""
     record = _grad_enabled()
     tracer = graph._TRACER
     raw_leaves = False
@@ -105,6 +106,8 @@ def backward(output: Value, out_grad: Any) -> None:
             arrays = node._arrays
             view.inputs = tuple(map(_array, node.inputs)) if arrays is None else arrays
             parts = op.gradient(grad, view)
+        if not retain_graph:
+            node.saved = None  # (the memory PyTorch frees too; a rule that runs again recomputes)
         if parts.__class__ is not tuple:  # what gradient_as_tuple does, inlined
             parts = tuple(parts) if isinstance(parts, list) else (parts,)
         fit = not op.adjoints_fit  # a user op's adjoint may need summing to its input's shape

@@ -203,7 +203,8 @@ class Tensor(Value):
         self.device = value.device
         mark_modified(self)  # a graph holding this tensor would now see the new data
 
-    def backward(self, out_grad: Tensor | None = None, *, create_graph: bool = True) -> None:
+    def backward(self, out_grad: Tensor | None = None, *, create_graph: bool = True,
+                 retain_graph: bool | None = None) -> None:
         """Set `.grad` on every node that this tensor depends on.
 
         `out_grad` defaults to ones of this tensor's shape; a Tensor `out_grad` must have this
@@ -212,6 +213,10 @@ class Tensor(Value):
         differentiated again; `create_graph=False` records no graph for them: the adjoints are
         computed on raw arrays by the same rules (autograd/engine.py) and each `.grad` becomes a
         constant Tensor when first read (faster, and no cycles between nodes and gradients).
+        `retain_graph` (default: `create_graph`, as in PyTorch) keeps what ops saved for their
+        gradients (im2col's windows, a softmax's exponentials); without it they are freed as
+        the walk passes, and a later backward over the same graph recomputes them (the same
+        numbers; PyTorch refuses a second backward instead).
         """
         if out_grad is None:
             out_grad = Tensor.make_const(
@@ -223,11 +228,12 @@ class Tensor(Value):
                 out_grad = Tensor(out_grad, device=self.device, dtype=self.dtype,
                                   requires_grad=False)
             self._check_out_grad(out_grad)
+        retain = create_graph if retain_graph is None else bool(retain_graph)
         if create_graph:
-            backward(self, out_grad)
+            backward(self, out_grad, retain)
         else:
             with no_grad():
-                backward(self, out_grad._array)
+                backward(self, out_grad._array, retain)
 
     def _check_out_grad(self, out_grad: Tensor) -> None:
         """Raise a ValueError naming both sides unless `out_grad` fits this tensor."""
