@@ -26,13 +26,14 @@ def softmax_xent_cpu(logits: Any, labels: Any) -> tuple[Any, Any, Any]:
     return np.add.reduce(np.log(sums) - picked, axis=None) * (1.0 / n if n else np.nan), e, sums
 
 
-def softmax_xent_grad_cpu(e: Any, sums: Any, labels: Any, g: Any) -> Any:
-    """g (softmax - onehot(labels)) / n from `e` = exp(logits - max) (the forward's, kept on
-    its node and only read here) and its row `sums`, in one fresh array written in place: the
-    portable rule's arithmetic."""
+def softmax_xent_grad_cpu(e: Any, sums: Any, labels: Any, g: Any,
+                          overwrite: bool = False) -> Any:
+    """g (softmax - onehot(labels)) / n from `e` = exp(logits - max) and its row `sums`, in
+    one array written in place: a fresh one, or with `overwrite` `e` itself (the forward's,
+    when the graph is not retained: no fresh (n, k) array); the portable rule's arithmetic."""
     n = e.shape[0]
     scale = g * (1.0 / n if n else np.nan)
-    out = np.multiply(e, scale / sums)
+    out = np.multiply(e, scale / sums, out=e if overwrite else None)
     out[np.arange(n), labels] -= scale
     return out
 
@@ -116,8 +117,10 @@ def softmax_xent_cuda(logits: Any, labels: Any) -> tuple[Any, Any, Any]:
         return cp.sum(loss) * (1.0 / n), e, sums
 
 
-def softmax_xent_grad_cuda(e: Any, sums: Any, labels: Any, g: Any) -> Any:
-    """g (softmax - onehot(labels)) / n in one elementwise kernel (after the scale's)."""
+def softmax_xent_grad_cuda(e: Any, sums: Any, labels: Any, g: Any,
+                           overwrite: bool = False) -> Any:
+    """g (softmax - onehot(labels)) / n in one elementwise kernel (after the scale's), into a
+    fresh array (`overwrite` is allowed, not used)."""
     from . import device_of
 
     n, k = e.shape

@@ -590,3 +590,24 @@ def test_a_user_ops_broadcast_adjoint_is_summed_back_to_its_inputs_shape(device,
     _BroadcastPlus()(a, b).sum().backward(create_graph=create_graph)
     np.testing.assert_array_equal(b.grad.numpy(), np.full(3, 4.0))
     assert not _BroadcastPlus.adjoints_fit and ndl.ops.EWiseAdd.adjoints_fit
+
+
+def test_a_backward_that_frees_the_graph_lets_the_cross_entropy_reuse_its_exponentials(
+        device, monkeypatch):
+    """Not retained (create_graph=False's default): the gradient may be written over the
+    forward's exp(logits - max), whose only holder is the node; retained or recorded: never,
+    since a later backward reads them again."""
+    import sys
+
+    reduce = sys.modules["needle.ops.reduce"]
+    real, given = reduce.SOFTMAX_XENT_GRAD, []
+    monkeypatch.setattr(reduce, "SOFTMAX_XENT_GRAD",
+                        lambda *a: (given.append(a[4]), real(*a))[1])
+    grads = []
+    for kwargs in ({"create_graph": False}, {"create_graph": False, "retain_graph": True}, {}):
+        w, loss = _saving_model(device)
+        loss.backward(**kwargs)
+        grads.append(w.grad.numpy())
+    assert given == [True, False, False]
+    for g in grads[1:]:  # the same arithmetic, in place or not
+        np.testing.assert_array_equal(g, grads[0])

@@ -28,7 +28,7 @@ class ArrayNode:
     only when a rule asks (most rules read two or three of them).
     """
 
-    __slots__ = ("inputs", "node")
+    __slots__ = ("inputs", "node", "retains")
 
     def show(self, node: Value) -> ArrayNode:
         """This view, now of `node` (the engine reuses one view for every node of a walk)."""
@@ -73,6 +73,8 @@ def backward(output: Value, out_grad: Any, retain_graph: bool = True) -> None:
         # the recording walk gives the same numbers, and the leaves their arrays
         out_grad, record, raw_leaves = tracer.constant(output, out_grad), True, True
     view = None if record else ArrayNode()
+    if view is not None:
+        view.retains = retain_graph  # False: a rule may consume its node's saved values
     partials_of: dict[Value, list] = {output: [out_grad]}
     clock = graph._VERSION_CLOCK
     for node in reversed(find_topo_sort([output], requiring_grad=True)):

@@ -34,7 +34,8 @@ class Op:
     engine runs it on raw arrays (`node` an `ArrayNode`, `out_grad` an array), and every op
     called with no Value among its inputs evaluates `compute` at once and returns an array.
     Rules read `node.inputs`, `node.result` (the output), `node.saved` (what `forward`
-    kept) and `node.needs_input_grad`, which both kinds of node have.
+    kept), `node.needs_input_grad` and `node.retains` (False: nothing reads `saved` after this
+    rule, which may write over it), which both kinds of node have.
     """
 
     #: True for ops whose `forward` returns (output, values kept for the gradient)
@@ -91,6 +92,9 @@ class Value:
     # recorded no graph (wrapped when read).
     __slots__ = ("op", "inputs", "_array", "requires_grad", "device", "_grad",
                  "_version", "saved", "_arrays", "__weakref__")
+    #: whether the walk running a rule keeps `saved` after it; a rule on a recorded graph
+    #: never consumes saved values (an `ArrayNode` says False when the graph is not retained)
+    retains = True
 
     op: Op | None
     inputs: tuple[Value, ...]

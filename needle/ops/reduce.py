@@ -173,8 +173,9 @@ def softmax_xent_portable(logits, labels):
     return xp.sum(xp.log(sums) - picked) * mean_factor(n), e, sums
 
 
-def softmax_xent_grad_portable(e, sums, labels, g):
-    """g (softmax - onehot(labels)) / N from e = exp(logits - row max) and its row sums."""
+def softmax_xent_grad_portable(e, sums, labels, g, overwrite: bool = False):
+    """g (softmax - onehot(labels)) / N from e = exp(logits - row max) and its row sums
+    (`overwrite`: e is used by nothing else, and a fast version may write the result over it)."""
     xp = namespace(e)
     n, k = e.shape
     scale = g * mean_factor(n)
@@ -218,26 +219,31 @@ class SoftmaxCrossEntropy(TensorOp):
         return loss, (logits, e, sums)
 
     def gradient(self, out_grad, node):
-        return SoftmaxCrossEntropyGrad(self.labels, node.saved)(node.inputs[0], out_grad)
+        # a walk that does not retain the graph drops node.saved after this rule: the
+        # gradient may then be written over the forward's exponentials
+        return SoftmaxCrossEntropyGrad(self.labels, node.saved, consume=not node.retains)(
+            node.inputs[0], out_grad)
 
 
 class SoftmaxCrossEntropyGrad(TensorOp):
     """The adjoint of SoftmaxCrossEntropy at logits x for a scalar adjoint g:
     g * (softmax(x) - onehot(labels)) / N."""
 
-    def __init__(self, labels, saved: tuple | None = None):
+    def __init__(self, labels, saved: tuple | None = None, consume: bool = False):
         self.labels = labels
         self.saved = saved  # (x, exp(x - max), row sums) from the forward of this x
+        self.consume = consume  # nothing reads saved's exponentials after this op
 
     def compute(self, x, g):
         xp = namespace(x)
         saved = self.saved
         if saved is not None and saved[0] is x:
-            e, sums = saved[1], saved[2]  # read only: a second backward reads them again
+            # read only unless consumed: a second backward over a retained graph reads them
+            e, sums, own = saved[1], saved[2], self.consume
         else:
             e = xp.exp(x - _finite_max(xp, x, (1,)))
-            sums = xp.sum(e, axis=1, keepdims=True)
-        return SOFTMAX_XENT_GRAD(e, sums, self.labels, g)
+            sums, own = xp.sum(e, axis=1, keepdims=True), True
+        return SOFTMAX_XENT_GRAD(e, sums, self.labels, g, own)
 
     def gradient(self, h, node):
         # F(x, g) = g/N (s - Y) with s = softmax(x): dF/dg . h = sum(h (s - Y)) / N and
