@@ -71,7 +71,7 @@ def col2im_cuda(taps: Any, shape: tuple, kernel: tuple[int, int], stride: int,
     """The windows added back in one kernel: a gather per input pixel, no atomics."""
     from . import device_of
 
-    if taps.ndim != 5 or taps.dtype.kind != "f":
+    if taps.ndim != 5 or taps.dtype.name not in ("float32", "float64"):
         return NotImplemented
     gpu = device_of(taps)
     cp = gpu.cupy

@@ -68,8 +68,8 @@ def _kernel(gpu: Any, name: str) -> Any:
 
 
 def _fits(z: Any, *others: Any) -> bool:
-    """Float arrays of one dtype, z (B, 4H) and the others (B, H)."""
-    if z.ndim != 2 or z.dtype.kind != "f" or z.shape[1] % 4:
+    """float32 or float64 arrays of one dtype, z (B, 4H) and the others (B, H)."""
+    if z.ndim != 2 or z.dtype.name not in ("float32", "float64") or z.shape[1] % 4:
         return False
     shape = (z.shape[0], z.shape[1] // 4)
     return all(o.dtype == z.dtype and tuple(o.shape) == shape for o in others)
