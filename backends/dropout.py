@@ -17,7 +17,9 @@ DROPOUT_CUDA = "y = (x * (u <= keep_u ? (X)1 : (X)0)) / keep_x;"
 
 
 def dropout_cuda(x: Any, draws: Any, keep: float) -> Any:
-    """x * (draws <= keep) / keep in one kernel on x's GPU."""
+    """x * (draws <= keep) / keep in one kernel on x's GPU (float32 and float64 x)."""
+    if x.dtype.name not in ("float32", "float64"):
+        return NotImplemented
     gpu = device_of(x)
     with gpu.native:
         kernel = gpu.elementwise_kernel("dropout", "X x, U u, U keep_u, X keep_x", "X y",

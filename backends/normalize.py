@@ -219,7 +219,7 @@ MOVING_AVERAGE_CUDA = "T a = old * omm; T b = batch * mm; res = a + b;"
 
 def moving_average_cuda(old: Any, batch: Any, m: float) -> Any:
     """A running statistic's update in one elementwise kernel."""
-    if batch.dtype != old.dtype or batch.size != old.size:
+    if batch.dtype != old.dtype or batch.size != old.size or old.dtype.name not in _TYPES:
         return NotImplemented  # the reference's call
     gpu = device_of(old)
     with gpu.native:
