@@ -100,28 +100,27 @@ def lstm_output_cuda(z: Any, c: Any) -> Any:
                                            np.int64(z.shape[1] // 4))
 
 
-def lstm_state_grad_cuda(z: Any, c: Any, g: Any) -> Any:
-    """The packed [dz | dc] of lstm_cell_state in one kernel."""
-    if not _fits(z, g, *(() if c is None else (c,))):
-        return NotImplemented
+def _packed(name: str, z: Any, *args: Any) -> Any:
+    """The (B, 5H) packed [dz | dc] that kernel `name` writes from z and `args`."""
     gpu = device_of(z)
     cp = gpu.cupy
     with gpu.native:
         z = cp.ascontiguousarray(z)
         out = cp.empty((z.shape[0], z.shape[1] // 4 * 5), dtype=z.dtype)
-        _kernel(gpu, "lstm_state_grad")(z, g if c is None else c, g,
-                                        np.int64(z.shape[1] // 4), np.bool_(c is not None), out)
+        _kernel(gpu, name)(z, *args, out)
         return out
+
+
+def lstm_state_grad_cuda(z: Any, c: Any, g: Any) -> Any:
+    """The packed [dz | dc] of lstm_cell_state in one kernel."""
+    if not _fits(z, g, *(() if c is None else (c,))):
+        return NotImplemented
+    return _packed("lstm_state_grad", z, g if c is None else c, g, np.int64(z.shape[1] // 4),
+                   np.bool_(c is not None))
 
 
 def lstm_output_grad_cuda(z: Any, c: Any, g: Any) -> Any:
     """The packed [dz | dc] of lstm_cell_output in one kernel."""
     if not _fits(z, c, g):
         return NotImplemented
-    gpu = device_of(z)
-    cp = gpu.cupy
-    with gpu.native:
-        z = cp.ascontiguousarray(z)
-        out = cp.empty((z.shape[0], z.shape[1] // 4 * 5), dtype=z.dtype)
-        _kernel(gpu, "lstm_output_grad")(z, c, g, np.int64(z.shape[1] // 4), out)
-        return out
+    return _packed("lstm_output_grad", z, c, g, np.int64(z.shape[1] // 4))

@@ -30,13 +30,6 @@ class ArrayNode:
 
     __slots__ = ("inputs", "node", "retains")
 
-    def show(self, node: Value) -> ArrayNode:
-        """This view, now of `node` (the engine reuses one view for every node of a walk)."""
-        self.node = node
-        arrays = node._arrays
-        self.inputs = tuple(map(_array, node.inputs)) if arrays is None else arrays
-        return self
-
     @property
     def op(self) -> Any:
         return self.node.op
@@ -104,7 +97,7 @@ def backward(output: Value, out_grad: Any, retain_graph: bool = True) -> None:
             parts = op.gradient(grad, node)
         else:
             node._grad = grad  # an array (or a tuple): `Value.grad` wraps it when read
-            view.node = node  # the view, now of this node (view.show, inlined)
+            view.node = node  # the one view, now of this node
             arrays = node._arrays
             view.inputs = tuple(map(_array, node.inputs)) if arrays is None else arrays
             parts = op.gradient(grad, view)
