@@ -26,3 +26,26 @@ def add_to_fresh_cuda(out: Any, b: Any) -> Any:
         with gpu.native:
             return gpu.cupy.add(out, b, out=out)
     return out + b
+
+
+def add_n_cpu(first: Any, *rest: Any) -> Any:
+    """a0 + a1 + ..., left to right as the reference, the first sum fresh and the rest added
+    into it by numpy's out=; NotImplemented (the reference) unless every array is an ndarray
+    of one dtype and each fits the running sum (numpy raises ValueError before writing)."""
+    if first.__class__ is not np.ndarray or not rest:
+        return NotImplemented
+    dtype = first.dtype
+    for a in rest:
+        if a.__class__ is not np.ndarray or a.dtype is not dtype:
+            return NotImplemented
+    add = np.add
+    try:
+        out = add(first, rest[0])  # raises unless the two broadcast
+        if len(rest) > 1:
+            if out.__class__ is not np.ndarray:  # 0-d operands give a numpy scalar
+                return NotImplemented
+            for a in rest[1:]:
+                add(out, a, out=out)  # raises where `a` would grow the sum
+    except ValueError:
+        return NotImplemented
+    return out

@@ -81,6 +81,18 @@ def add_to_fresh_cases(device, rng):
             (tuple(arrays((3,), (4, 3))), {}, 0)]  # a result bigger than out: out + b
 
 
+def add_n_cases(device, rng):
+    def arrays(*shapes, dtype="float32"):
+        return tuple(device.asarray(rng.standard_normal(s), dtype=dtype) for s in shapes)
+
+    return [(arrays(*[(4, 3)] * 6), {}, 0), (arrays((4, 3), (3,), (1, 3), (4, 1)), {}, 0),
+            (arrays((3,), (4, 3), (4, 3)), {}, 0),  # the first sum grows past a0
+            (arrays((4, 3), (4, 3), (2, 4, 3)), {}, 0),  # a later one grows the sum
+            (arrays((4, 3), (4, 3)) + arrays((4, 3), dtype="float64"), {}, 0),  # promoted
+            (arrays((), (), ()), {}, 0), (arrays((), ()), {}, 0),  # 0-d: numpy scalars
+            (arrays((4, 3)), {}, 0)]  # one array: itself
+
+
 # 150000 elements: two whole chunks of the cpu kernels and part of a third
 BIG = (300, 500)
 
@@ -242,7 +254,8 @@ def sum_cases(device, rng):
 
 CASES = {"im2col": im2col_cases, "index_add": index_add_cases,
          "softmax_xent": softmax_xent_cases, "softmax_xent_grad": softmax_xent_grad_cases,
-         "add_to_fresh": add_to_fresh_cases, "adam": adam_cases, "sgd": sgd_cases,
+         "add_to_fresh": add_to_fresh_cases, "add_n": add_n_cases, "adam": adam_cases,
+         "sgd": sgd_cases,
          "normalize": normalize_cases, "normalize_grad": normalize_grad_cases,
          "dropout": dropout_cases, "moving_average": moving_average_cases,
          "matmul": matmul_cases, "lstm_state": lstm_state_cases,

@@ -47,7 +47,7 @@ class ArrayNode:
     @property
     def needs_input_grad(self) -> tuple[bool, ...]:
         """For each input, whether it requires a gradient."""
-        return tuple(map(_requires_grad, self.node.inputs))
+        return self.node.needs_input_grad
 
     @property
     def device(self) -> Any:

@@ -7,7 +7,7 @@ from typing import Any
 from ..autograd.graph import Value, array_function, array_of
 from ..autograd.tensor import Tensor, TensorOp, constant_like
 from ..backends import device_of, namespace
-from ..kernels import ADD_TO_FRESH
+from ..kernels import ADD_TO_FRESH, Kernel
 from .dtypes import (
     PromotingOp,
     kind_name,
@@ -73,22 +73,33 @@ def add(a: Tensor, b: Tensor) -> Tensor:
     return EWiseAdd()(a, b)
 
 
+def add_n_portable(first: Any, *rest: Any) -> Any:
+    """a0 + a1 + ..., left to right: the first sum is fresh, the rest are added into it (in
+    place where ADD_TO_FRESH allows)."""
+    out = first
+    add = None
+    for a in rest:
+        if a.shape != out.shape:
+            check_broadcast("add_n", out, a)
+        if add is None:
+            out = out + a
+            add = ADD_TO_FRESH.on(out)
+        else:
+            out = add(out, a)
+    return out
+
+
+#: AddN's sum (the engine's sum of a value's partial adjoints): on the cpu one loop of
+#: in-place adds, with no Python call or shape test per array
+ADD_N = Kernel("add_n", add_n_portable, fast={"cpu": "needle.backends.add_to_fresh:add_n_cpu"})
+
+
 class AddN(TensorOp):
     """a0 + a1 + ... in one node (the engine sums partial adjoints with it: they have their
     input's dtype, so it leaves promotion to `add_n`)."""
 
     def compute(self, *arrays):
-        out = arrays[0]
-        add = None
-        for a in arrays[1:]:
-            if a.shape != out.shape:
-                check_broadcast("add_n", out, a)
-            if add is None:
-                out = out + a  # fresh: the rest are added into it (in place where allowed)
-                add = ADD_TO_FRESH.on(out)
-            else:
-                out = add(out, a)
-        return out
+        return ADD_N(*arrays) if len(arrays) > 1 else arrays[0]
 
     def gradient(self, out_grad, node):
         return tuple(unbroadcast(out_grad, x) if need else None
