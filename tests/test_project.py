@@ -131,6 +131,27 @@ def test_readme_documents_every_needle_train_option():
     assert "--device strict" in section and "'.[test]'" in section
 
 
+def test_readme_kernels_table_lists_every_registered_kernel_and_its_fast_kinds():
+    """The Kernels section's table: each kernel of the registry in one row, with the device
+    kinds that have a fast version (the table fell behind once, when cuda's kernels came)."""
+    import needle.nn  # noqa: F401  (declares the kernels beside their users)
+    import needle.optim  # noqa: F401
+    from needle.kernels import REGISTRY
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Kernels"):text.index("## On a GPU")]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`"):
+            kinds = {k.split("(")[0].strip() for k in cells[2].split(",")}
+            for name in re.findall(r"`(\w+)`", cells[0]):
+                rows[name] = kinds
+    assert set(rows) == set(REGISTRY)
+    for name, kernel in REGISTRY.items():
+        assert rows[name] == set(kernel.fast), name
+
+
 def _module_imports() -> dict[str, set[str]]:
     """needle's modules (backends/ as needle.backends) -> the needle modules each imports at
     module level (imports inside functions are deferred and make no cycle at import time)."""
