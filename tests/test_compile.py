@@ -133,19 +133,29 @@ def _forward_backward(model, loss_fn, drop):
     return step
 
 
-def test_a_cuda_graph_replay_is_bit_equal_to_eager():
-    """torch:cuda with `cuda_graph=True`: a forward and backward (the optimizer stepping
-    outside) recorded at the first call, replayed as usual at the second, captured as one
-    CUDA graph at the third and replayed as one after (only where torch sees a GPU)."""
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA GPU for torch here")
-    device = ndl.backends.torch("cuda")
+@pytest.mark.parametrize("kind", ["torch:cuda", "cuda"])
+def test_a_cuda_graph_replay_is_bit_equal_to_eager(kind):
+    """torch:cuda and cuda with `cuda_graph=True`: a forward and backward (the optimizer
+    stepping outside) recorded at the first call, replayed as usual at the second, captured
+    as one CUDA graph at the third and replayed as one after (only where the library sees a
+    GPU). cupy's graphs take no random draws: there the MLP's Dropouts have p = 0."""
+    if kind == "torch:cuda":
+        torch = pytest.importorskip("torch")
+        if not torch.cuda.is_available():
+            pytest.skip("no CUDA GPU for torch here")
+        device, p = ndl.backends.torch("cuda"), 0.25
+    else:
+        device, p = ndl.cuda(), 0.0
+        if not device.enabled():
+            pytest.skip(device.unavailable_reason())
     results = []
     for compiled in (False, True):
         model, opt, xs, ys, _ = _recipe("mlp", device)
+        for m in model.descendants():
+            if isinstance(m, nn.Dropout):
+                m.p = p
         device.manual_seed(7)
-        step = _forward_backward(model, nn.SoftmaxLoss(), nn.Dropout(0.25))
+        step = _forward_backward(model, nn.SoftmaxLoss(), nn.Dropout(p))
         if compiled:
             step = ndl.compile(step, cuda_graph=True)
         losses = []
@@ -158,6 +168,69 @@ def test_a_cuda_graph_replay_is_bit_equal_to_eager():
         if compiled:
             graphed = next(iter(step.cache.values()))[0][0]
             assert type(graphed).__name__ == "Graphed" and graphed.graph is not None
+    for a, b in zip(results[0][0] + results[0][1], results[1][0] + results[1][1]):
+        assert np.array_equal(a, b)
+
+
+class _FailingCapture:
+    """A stand-in for a backends CUDA-graph module whose capture fails midway, as a real one
+    does at an operation stream capture refuses: the step's Python has run (replacing
+    BatchNorm's running statistics and the gradients), and nothing was written into the
+    arrays the graph holds."""
+
+    calls: list = []
+
+    @staticmethod
+    def unavailable_reason(device):
+        return ""
+
+    @staticmethod
+    def copy_into(dst, src):  # the first copy back into a held array: the capture fails
+        _FailingCapture.calls.append("copy")
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    @staticmethod
+    def clone(array):
+        return array.copy()
+
+    class CudaGraph:
+        def __init__(self, device, run, generators):
+            run()
+
+
+def test_a_failed_cuda_graph_capture_warns_restores_and_replays_as_usual(monkeypatch):
+    """(cpu, with the capture faked) after a capture that fails, the parameters, BatchNorm's
+    running statistics and gradients are the ones from before it, a warning names the error,
+    and every later call replays as usual: training stays bit-equal to eager."""
+    from needle.compiled import cuda_graph
+
+    device = ndl.cpu()
+    results = []
+    for compiled in (False, True):
+        model, opt, xs, ys, _ = _recipe("mlp", device)
+        for m in model.descendants():
+            if isinstance(m, nn.Dropout):
+                m.p = 0.0
+        step = _forward_backward(model, nn.SoftmaxLoss(), nn.Dropout(0.0))
+        if compiled:
+            monkeypatch.setattr(cuda_graph, "_graphs_of", lambda device: _FailingCapture)
+            step = ndl.compile(step, cuda_graph=True)
+        losses = []
+        for i, (x, y) in enumerate(zip(xs[:5], ys[:5])):
+            opt.reset_grad()
+            args = (ndl.Tensor(x, device=device, requires_grad=False),
+                    ndl.Tensor(y, device=device, requires_grad=False))
+            if compiled and i == 2:  # the third call captures
+                with pytest.warns(UserWarning, match="capture failed.*stream is capturing"):
+                    losses.append(step(*args).numpy())
+            else:
+                losses.append(step(*args).numpy())
+            opt.step()
+        results.append((losses, _state(model, opt, device)))
+        if compiled:
+            graphed = next(iter(step.cache.values()))[0][0]
+            assert graphed.failed and graphed.graph is None
+    assert _FailingCapture.calls  # the capture's Python did replace the running statistics
     for a, b in zip(results[0][0] + results[0][1], results[1][0] + results[1][1]):
         assert np.array_equal(a, b)
 
@@ -175,5 +248,6 @@ def test_cuda_graph_refused_warns_and_replays_as_usual(device):
     if not (device.kind == "torch" and "cuda" in str(device.native)):
         step = ndl.compile(_forward_backward(model, nn.SoftmaxLoss(), nn.Dropout(0.25)),
                            cuda_graph=True)
-        with pytest.warns(UserWarning, match="not a torch:cuda device"):
+        why = "draws random numbers on cuda" if device.kind == "cuda" else "not a CUDA device"
+        with pytest.warns(UserWarning, match=why):
             step(x, y)

@@ -139,8 +139,9 @@ def compile(fn: Callable | None = None, *, max_cache: int = 8,  # noqa: A001
     requires_grad of each Tensor argument and the value of every other argument; at most
     `max_cache` signatures are kept (and per signature as many programs, one per state of
     the guards: train and eval mode, say). Returned Tensors are constants (no graph). With
-    `cuda_graph=True`, a step on a `torch:cuda` device is captured as one CUDA graph at its
-    second replay (needle/compiled/cuda_graph.py; elsewhere a warning says why not). See the
+    `cuda_graph=True`, a step on a `torch:cuda` or `cuda` device is captured as one CUDA
+    graph at its second replay (needle/compiled/cuda_graph.py; elsewhere, or when the
+    capture fails, a warning says why not). See the
     README's "Compiled steps" for what is recorded and what raises.
     """
     if fn is None:

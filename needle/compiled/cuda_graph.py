@@ -13,21 +13,24 @@ The gradients the step sets are the graph's own arrays, given back to their para
 each replay. The generators the step draws from are registered with the graph (their
 offsets advance at each replay, as eager draws would). Returned Tensors are copies. Checks
 that eager defers to the next read (labels in range) are made at the capture only. The
-torch calls are in backends/torch_cuda_graph.py. On `cuda` (cupy) the ordinary replay already
-launches the kernels one after another with no graph node or gradient rule in Python: cupy
-refuses cuBLAS calls inside a stream capture.
+torch calls are in backends/torch_cuda_graph.py, cupy's (the `cuda` device) in
+backends/cupy_cuda_graph.py. On cuda a step that draws random numbers is not captured: the
+cuda generator's offset is a host integer that the graph would freeze. A capture that fails
+(an operation stream capture does not allow) leaves the state as it was, warns, and the
+program replays as usual from then on.
 
 Untested on hardware here (no GPU in this project's CI): `tests/test_compile.py` runs it where
-torch sees a GPU.
+torch or cupy sees a GPU.
 """
 
 from __future__ import annotations
 
 import re
+import warnings
 from typing import Any
 
 from ..autograd.graph import Value
-from ..backends import torch_cuda_graph as tcg
+from ..backends import cupy_cuda_graph, torch_cuda_graph
 from .program import Program
 
 _WRITES_ARGUMENT = re.compile(r"^\s*v\d+\._(grad|array) =", re.M)
@@ -50,7 +53,22 @@ def eligible(program: Program, tensors: list) -> str:
     device = _device(program, tensors)
     if device is None:
         return "the step uses several devices (or none)"
-    return tcg.unavailable_reason(device)
+    graphs = _graphs_of(device)
+    if graphs is None:
+        return f"{device} is not a CUDA device (cuda, or torch on a GPU)"
+    if graphs is cupy_cuda_graph and program.generators():
+        return ("the step draws random numbers on cuda (a Dropout with p > 0): the cuda "
+                "generator's offset is a host integer that a graph would freeze")
+    return graphs.unavailable_reason(device)
+
+
+def _graphs_of(device: Any) -> Any:
+    """The backends module that captures CUDA graphs on `device` (None: not a GPU device)."""
+    if device.kind == "cuda":
+        return cupy_cuda_graph
+    if device.kind == "torch" and getattr(device.native, "type", "") == "cuda":
+        return torch_cuda_graph
+    return None
 
 
 class _Argument:
@@ -68,6 +86,7 @@ class CudaGraphReplay:
     def __init__(self, program: Program, tensors: list):
         self.program = program
         device = _device(program, tensors)
+        self.graphs = graphs = _graphs_of(device)
         device.check_pending()  # (a deferred check read during the capture would sync)
         self.inputs = [device.xp.asarray(t._array, copy=True) for t in tensors]
         # the arrays the graph reads: each Tensor's data at the capture, kept in place
@@ -77,52 +96,71 @@ class CudaGraphReplay:
             out = program.replay(*map(_Argument, self.inputs))
             for v, before in self.held:  # new data of the step's own: back into place
                 if v._array is not before:
-                    tcg.copy_into(before, v._array)
+                    graphs.copy_into(before, v._array)
                     v._array = before
             return out
 
-        self.graph = tcg.CudaGraph(device, run, program.generators())
+        grads = [(v, v._grad) for v in program.grad_targets]
+        try:
+            self.graph = graphs.CudaGraph(device, run, program.generators())
+        except Exception:  # nothing ran: put back what the capture's Python replaced
+            for v, before in self.held:
+                v._array = before
+            for v, grad in grads:
+                v._grad = grad
+            device._pending = []  # (checks of arrays the capture never computed)
+            raise
         self.grads = [(v, v._grad) for v in program.grad_targets]
 
     def __call__(self, tensors: list) -> Any:
         self.program.guard()  # (raises Retrace: the graph replays no Python)
+        copy_into = self.graphs.copy_into
         for v, before in self.held:  # new data since (an optimizer's): into the graph's
             if v._array is not before:
-                tcg.copy_into(before, v._array)
+                copy_into(before, v._array)
                 v._array = before
         for buf, t in zip(self.inputs, tensors):
-            tcg.copy_into(buf, t._array)
+            copy_into(buf, t._array)
         self.graph.replay()
         for v, grad in self.grads:
             v._grad = grad
-        return _copies(self.graph.result)
+        return _copies(self.graph.result, self.graphs.clone)
 
 
 class Graphed:
     """A program replayed as usual at its first replay (warming up cuBLAS and the optimizer's
-    state, which a capture cannot make), then captured at the next and replayed as a graph."""
+    state, which a capture cannot make), then captured at the next and replayed as a graph;
+    if the capture fails, a warning says why and the program replays as usual."""
 
     def __init__(self, program: Program):
         self.program = program
         self.graph: CudaGraphReplay | None = None
         self.replays = 0
+        self.failed = False
 
     def __call__(self, tensors: list) -> Any:
         if self.graph is None:
             self.replays += 1
-            if self.replays < 2:
+            if self.replays < 2 or self.failed:
                 return self.program(tensors)
             self.program.guard()
-            self.graph = CudaGraphReplay(self.program, tensors)
+            try:
+                self.graph = CudaGraphReplay(self.program, tensors)
+            except Exception as e:
+                self.failed = True
+                warnings.warn(f"ndl.compile: the CUDA graph capture failed "
+                              f"({type(e).__name__}: {e}); replayed without a graph",
+                              stacklevel=3)
+                return self.program(tensors)
         return self.graph(tensors)
 
 
-def _copies(obj: Any) -> Any:
+def _copies(obj: Any, clone: Any) -> Any:
     """The result with each Tensor's array copied (the graph overwrites its own)."""
     if isinstance(obj, Value):
-        return type(obj).make_const(tcg.clone(obj._array), device=obj.device)
+        return type(obj).make_const(clone(obj._array), device=obj.device)
     if isinstance(obj, (tuple, list)):
-        return type(obj)(_copies(o) for o in obj)
+        return type(obj)(_copies(o, clone) for o in obj)
     if isinstance(obj, dict):
-        return {k: _copies(v) for k, v in obj.items()}
+        return {k: _copies(v, clone) for k, v in obj.items()}
     return obj

@@ -1,0 +1,64 @@
+"""CUDA graphs of cupy: what `ndl.compile(cuda_graph=True)` needs on a `cuda` device.
+
+The same four names as torch_cuda_graph.py; needle/compiled/cuda_graph.py picks the file by
+device kind and decides what to capture. The step is captured on a side stream (cupy
+captures in relaxed mode) and launched on the current stream, in order with eager work.
+Everything the captured step allocates comes from a memory pool of the graph's own: a
+replay writes that memory again, so nothing outside the graph may be given it. cupy is
+reached through the device (imported when the device first ran).
+
+Untested on hardware here (no GPU in this project's CI): `tests/test_compile.py` runs it
+where cupy sees a GPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .device import Device
+
+
+def unavailable_reason(device: Device) -> str:
+    """Why a step on `device` cannot be captured as a CUDA graph ("" when it can)."""
+    if device.kind != "cuda":
+        return f"{device} is not a cuda device"
+    stream = device.cupy.cuda.Stream
+    if not hasattr(stream, "begin_capture"):
+        return f"cupy {device.cupy.__version__} has no stream capture"
+    return ""
+
+
+def copy_into(dst: Any, src: Any) -> None:
+    """dst[...] = src, in place (a kernel; captured when called inside a capture)."""
+    dst[...] = src
+
+
+def clone(array: Any) -> Any:
+    """A copy of `array` in new memory."""
+    return array.copy()
+
+
+class CudaGraph:
+    """`run()` captured once as a CUDA graph on `device`. `generators` must be empty: the
+    cuda generator's offset is a host integer that a graph would freeze (the caller refuses
+    steps that draw)."""
+
+    def __init__(self, device: Device, run: Callable[[], Any], generators: list) -> None:
+        if generators:
+            raise ValueError("a cupy CUDA graph cannot advance the cuda generator")
+        cp = device.cupy
+        self.device = device
+        self.pool = cp.cuda.MemoryPool()  # the graph's memory, held as long as the graph
+        with device.native:
+            stream = cp.cuda.Stream(non_blocking=True)  # (a stream of this GPU)
+            with cp.cuda.using_allocator(self.pool.malloc), stream:
+                stream.begin_capture()
+                try:
+                    self.result = run()
+                finally:
+                    self.graph = stream.end_capture()  # (raises when the capture failed)
+
+    def replay(self) -> None:
+        """Launch the captured kernels again, on the current stream."""
+        with self.device.native:
+            self.graph.launch()
