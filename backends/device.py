@@ -234,6 +234,10 @@ class Device:
         if len(self._pending) >= self.MAX_PENDING:
             self.check_pending()
 
+    def discard_pending(self) -> None:
+        """Forget the deferred checks (of arrays a failed CUDA-graph capture never computed)."""
+        self._pending = []
+
     def check_pending(self) -> None:
         """Read every deferred check at once; raise the first that failed."""
         pending, self._pending = self._pending, []

@@ -204,6 +204,7 @@ def test_a_failed_cuda_graph_capture_warns_restores_and_replays_as_usual(monkeyp
     and every later call replays as usual: training stays bit-equal to eager."""
     from needle.compiled import cuda_graph
 
+    _FailingCapture.calls.clear()
     device = ndl.cpu()
     results = []
     for compiled in (False, True):

@@ -75,6 +75,15 @@ def _assert_same(a, b):
         assert x.dtype == y.dtype and np.array_equal(x, y)
 
 
+def _compiled_matches_eager(device, drive, build=_train_step):
+    """`_twins`, asserting that drive's results and the parameters after are the same both
+    ways, to the bit; the compiled run (for its `captures`)."""
+    (eager, p_eager, _), (compiled, p_compiled, run) = _twins(device, drive, build)
+    _assert_same(eager, compiled)
+    _assert_same(p_eager, p_compiled)
+    return run
+
+
 # ----- signatures --------------------------------------------------------------------------
 def test_a_new_signature_records_again_and_the_cache_is_bounded(device):
     model, opt = _model(device)
@@ -224,9 +233,7 @@ def test_a_learning_rate_set_between_calls_is_read_at_replay(device):
             losses.append(run(x, y))
         return losses
 
-    (eager, p_eager, _), (compiled, p_compiled, run) = _twins(device, drive)
-    _assert_same(eager, compiled)
-    _assert_same(p_eager, p_compiled)
+    run = _compiled_matches_eager(device, drive)
     assert run.captures == 1
 
 
@@ -243,9 +250,7 @@ def test_a_learning_rate_passed_as_an_argument_records_each_value(device):
     def drive(run, model, opt):
         return [run(x, y, lr) for (x, y), lr in zip(_batches(device, 4), (0.1, 0.1, 0.02, 0.1))]
 
-    (eager, p_eager, _), (compiled, p_compiled, run) = _twins(device, drive, build)
-    _assert_same(eager, compiled)
-    _assert_same(p_eager, p_compiled)
+    run = _compiled_matches_eager(device, drive, build)
     assert run.captures == 2  # one per value
 
 
@@ -257,9 +262,7 @@ def test_train_and_eval_mode_changes_record_again(device):
             losses.append(run(x, y))
         return losses
 
-    (eager, p_eager, _), (compiled, p_compiled, run) = _twins(device, drive)
-    _assert_same(eager, compiled)
-    _assert_same(p_eager, p_compiled)
+    run = _compiled_matches_eager(device, drive)
     assert run.captures == 2  # one program per mode, both kept
 
 
@@ -272,9 +275,7 @@ def test_requires_grad_changes_record_again(device):
             losses.append(run(x, y))
         return losses
 
-    (eager, p_eager, _), (compiled, p_compiled, run) = _twins(device, drive)
-    _assert_same(eager, compiled)
-    _assert_same(p_eager, p_compiled)
+    run = _compiled_matches_eager(device, drive)
     assert run.captures == 2
 
 
@@ -288,9 +289,7 @@ def test_data_of_a_parameter_set_outside_the_step_is_read_at_replay(device):
             losses.append(run(x, y))
         return losses
 
-    (eager, p_eager, _), (compiled, p_compiled, run) = _twins(device, drive)
-    _assert_same(eager, compiled)
-    _assert_same(p_eager, p_compiled)
+    run = _compiled_matches_eager(device, drive)
     assert run.captures == 1
 
 
@@ -319,9 +318,7 @@ def test_replacing_a_parameters_data_inside_the_step_is_replayed(device):
     def drive(run, model, opt):
         return [run(x, y) for x, y in _batches(device, 4)]
 
-    (eager, p_eager, _), (compiled, p_compiled, _) = _twins(device, drive, build)
-    _assert_same(eager, compiled)
-    _assert_same(p_eager, p_compiled)
+    _compiled_matches_eager(device, drive, build)
 
 
 def test_replacing_data_without_mark_modified_raises(device):

@@ -108,7 +108,7 @@ class CudaGraphReplay:
                 v._array = before
             for v, grad in grads:
                 v._grad = grad
-            device._pending = []  # (checks of arrays the capture never computed)
+            device.discard_pending()  # (checks of arrays the capture never computed)
             raise
         self.grads = [(v, v._grad) for v in program.grad_targets]
 
