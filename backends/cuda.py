@@ -23,6 +23,8 @@ class CUDADevice(Device):
         super().__init__(index)
         self._cupy: Any = None  # the cupy and cupyx modules, set by _load
         self._cupyx: Any = None
+        #: while a CUDA graph is captured: the matmul that calls cuBLAS directly
+        self.capture_matmul: Any = None
 
     def _probe(self) -> str:
         """Why cupy or GPU `index` is missing, or "" when both are there."""

@@ -4,8 +4,10 @@ The same four names as torch_cuda_graph.py; needle/compiled/cuda_graph.py picks 
 device kind and decides what to capture. The step is captured on a side stream (cupy
 captures in relaxed mode) and launched on the current stream, in order with eager work.
 Everything the captured step allocates comes from a memory pool of the graph's own: a
-replay writes that memory again, so nothing outside the graph may be given it. cupy is
-reached through the device (imported when the device first ran).
+replay writes that memory again, so nothing outside the graph may be given it. cupy 14
+refuses cuBLAS calls during a capture, so the step's matrix products call libcublas
+directly then (backends/cublas_direct.py). cupy is reached through the device (imported
+when the device first ran).
 
 Untested on hardware here (no GPU in this project's CI): `tests/test_compile.py` runs it
 where cupy sees a GPU.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from . import cublas_direct
 from .device import Device
 
 
@@ -41,7 +44,8 @@ def clone(array: Any) -> Any:
 class CudaGraph:
     """`run()` captured once as a CUDA graph on `device`. `generators` must be empty: the
     cuda generator's offset is a host integer that a graph would freeze (the caller refuses
-    steps that draw)."""
+    steps that draw). Matrix products call cuBLAS directly during the capture (cupy refuses
+    to), on needle's own handle bound to the capture's stream and a workspace of the graph's."""
 
     def __init__(self, device: Device, run: Callable[[], Any], generators: list) -> None:
         if generators:
@@ -52,10 +56,15 @@ class CudaGraph:
         with device.native:
             stream = cp.cuda.Stream(non_blocking=True)  # (a stream of this GPU)
             with cp.cuda.using_allocator(self.pool.malloc), stream:
+                blas = cublas_direct.for_device(device)  # (made outside the capture)
+                self.workspace = cp.empty(cublas_direct.WORKSPACE_BYTES, dtype=cp.uint8)
+                blas.bind(stream.ptr, self.workspace.data.ptr, self.workspace.nbytes)
+                device.capture_matmul = blas.matmul
                 stream.begin_capture()
                 try:
                     self.result = run()
                 finally:
+                    device.capture_matmul = None
                     self.graph = stream.end_capture()  # (raises when the capture failed)
 
     def replay(self) -> None:

@@ -13,9 +13,14 @@ from . import device_of
 
 
 def matmul_cuda(a: Any, b: Any) -> Any:
-    """a @ b for two 2-d float arrays of one dtype; NotImplemented (the reference) else."""
+    """a @ b for two 2-d float arrays of one dtype; NotImplemented (the reference) else.
+    While a CUDA graph is captured, every product goes to cuBLAS directly (cupy refuses to
+    call it then: backends/cublas_direct.py)."""
+    gpu = device_of(a)
+    capture = gpu.capture_matmul
+    if capture is not None:
+        return capture(a, b)
     if a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or a.dtype.kind != "f":
         return NotImplemented
-    gpu = device_of(a)
     with gpu.native:
         return gpu.cupy.dot(a, b)

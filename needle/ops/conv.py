@@ -21,7 +21,7 @@ from ..backends import namespace
 from ..kernels import ADD_TO_FRESH, Kernel
 from .axes import int_at_least
 from .dtypes import PromotingOp
-from .linalg import MatMul
+from .linalg import MATMUL, MatMul
 from .movement import GetItem, permute, reshape, sum_to_shape
 from .windows import add_windows, window_slices
 
@@ -224,7 +224,7 @@ class Conv(PromotingOp):
         kh, kw, c_in, c_out = b_shape
         cols = im2col_array(a, (kh, kw), self.stride, self.padding)
         n, ho, wo, depth = cols.shape
-        out = xp.matmul(xp.reshape(cols, (n * ho * wo, depth)), xp.reshape(b, (depth, c_out)))
+        out = MATMUL(xp.reshape(cols, (n * ho * wo, depth)), xp.reshape(b, (depth, c_out)))
         if bias is not None:  # into the product's fresh array (in place where allowed)
             out = ADD_TO_FRESH(out, bias)
         return xp.reshape(out, (n, ho, wo, c_out)), (a, cols)

@@ -1,0 +1,204 @@
+"""Matrix products through libcublas called directly (ctypes), for cupy's CUDA graphs.
+
+cupy 14 refuses every cuBLAS call while a stream is being captured (its cuBLAS wrappers set
+the handle's stream first and raise "calling cuBLAS API during stream capture is currently
+unsupported"; seen on an H100), though cuBLAS itself can be captured. So while a `cuda` step
+is captured (backends/cupy_cuda_graph.py), MATMUL calls `Cublas.matmul`: the same
+cublasGemmEx / cublasGemmStridedBatchedEx products cupy makes (float32 and float64, no TF32),
+on a handle of needle's own bound to the capture's stream and to a workspace of the graph's.
+
+`operand` and `plan` (which operand layouts cuBLAS reads as they are, which are copied) are
+plain Python over shapes and strides: tests/test_cublas_direct.py checks them on numpy
+against a column-major BLAS written in numpy. The ctypes calls run only where cupy sees a
+GPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from typing import Any, NamedTuple
+
+#: cuBLAS and CUDA enums (cublas_api.h, library_types.h)
+OP_N, OP_T = 0, 1
+R_32F, R_64F = 0, 1
+COMPUTE_32F, COMPUTE_64F = 68, 70
+GEMM_DEFAULT = -1
+#: the workspace cuBLAS is given during a capture (its guide asks 32 MiB on Hopper)
+WORKSPACE_BYTES = 32 << 20
+
+
+class Operand(NamedTuple):
+    """One factor as cuBLAS reads it: `array` (2-d, or 3-d with the batch first), `op`
+    (OP_N: the row-major matrix read as its column-major transpose, OP_T: a transposed
+    view read as it is), leading dimension `ld` and batch `stride` in elements (0: one
+    matrix for every batch entry)."""
+
+    array: Any
+    op: int
+    ld: int
+    stride: int
+
+
+def _layout(rows: int, cols: int, s0: int, s1: int) -> tuple[int, int] | None:
+    """(op, ld) for a rows x cols matrix with element strides (s0, s1), or None (copy it):
+    rows of contiguous elements read as the columns of its transpose (OP_N), columns of
+    contiguous elements as they are (OP_T); ld may exceed the matrix (a slice's rows)."""
+    if s1 == 1 or cols == 1:
+        ld = s0 if rows > 1 else max(cols, 1)
+        if ld >= max(cols, 1):
+            return OP_N, ld
+    if s0 == 1 or rows == 1:
+        ld = s1 if cols > 1 else max(rows, 1)
+        if ld >= max(rows, 1):
+            return OP_T, ld
+    return None
+
+
+def operand(xp: Any, x: Any, batch: tuple[int, ...]) -> Operand:
+    """`x` (..., rows, cols), whose batch dimensions broadcast to `batch`, as cuBLAS reads
+    it; copied (by `xp`, numpy or cupy) only where its strides are not a matrix layout."""
+    rows, cols = x.shape[-2:]
+    count = math.prod(batch)
+    if math.prod(x.shape[:-2]) == 1:
+        x, stride = xp.reshape(x, (rows, cols)), 0
+    elif tuple(x.shape[:-2]) == tuple(batch):
+        x = xp.reshape(x, (count, rows, cols))
+        stride = x.strides[0] // x.itemsize
+    else:  # a batch broadcast from some but not all entries: made whole
+        x = xp.reshape(xp.ascontiguousarray(xp.broadcast_to(x, batch + (rows, cols))),
+                       (count, rows, cols))
+        stride = rows * cols
+    s0, s1 = (s // x.itemsize for s in x.strides[-2:])
+    layout = _layout(rows, cols, s0, s1) if stride >= 0 else None
+    if layout is None:
+        x = xp.ascontiguousarray(x)
+        if stride:
+            stride = rows * cols
+        layout = OP_N, max(cols, 1)
+    return Operand(x, layout[0], layout[1], stride)
+
+
+class Plan(NamedTuple):
+    """C (batch, m, n) = A @ B as one cuBLAS call: column-major C^T = B^T A^T."""
+
+    batch: tuple[int, ...]
+    m: int
+    k: int
+    n: int
+    first: Operand  # B, cuBLAS's "A"
+    second: Operand  # A, cuBLAS's "B"
+
+
+def plan(xp: Any, a: Any, b: Any) -> Plan:
+    """How `a @ b` (2 or more dimensions each, batch dimensions broadcasting) is computed."""
+    if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} are not "
+                         f"aligned")
+    batch = tuple(_broadcast(a.shape[:-2], b.shape[:-2]))
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    return Plan(batch, m, k, n, operand(xp, b, batch), operand(xp, a, batch))
+
+
+def _broadcast(s: tuple, t: tuple) -> list[int]:
+    out = []
+    for i in range(1, max(len(s), len(t)) + 1):
+        p = s[-i] if i <= len(s) else 1
+        q = t[-i] if i <= len(t) else 1
+        if p != q and p != 1 and q != 1:
+            raise ValueError(f"matmul: batch dimensions {s} and {t} do not broadcast")
+        out.append(max(p, q) if p and q else 0)
+    return out[::-1]
+
+
+_LIBRARY: list[Any] = []
+
+
+def _library() -> Any:
+    """libcublas, the copy cupy loads (cuda.pathfinder finds it), with its argument types."""
+    if _LIBRARY:
+        return _LIBRARY[0]
+    from cuda import pathfinder  # cupy 14's library finder
+
+    lib = ctypes.CDLL(pathfinder.load_nvidia_dynamic_lib("cublas").abs_path)
+    p, i, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
+    lib.cublasCreate_v2.argtypes = [ctypes.POINTER(p)]
+    lib.cublasSetStream_v2.argtypes = [p, p]
+    lib.cublasSetWorkspace_v2.argtypes = [p, p, ctypes.c_size_t]
+    lib.cublasGemmEx.argtypes = [p, i, i, i, i, i, p, p, i, i, p, i, i, p, p, i, i, i, i]
+    lib.cublasGemmStridedBatchedEx.argtypes = [p, i, i, i, i, i, p, p, i, i, i64, p, i, i,
+                                               i64, p, p, i, i, i64, i, i, i]
+    for f in (lib.cublasCreate_v2, lib.cublasSetStream_v2, lib.cublasSetWorkspace_v2,
+              lib.cublasGemmEx, lib.cublasGemmStridedBatchedEx):
+        f.restype = ctypes.c_int
+    _LIBRARY.append(lib)
+    return lib
+
+
+def _check(status: int, call: str) -> None:
+    if status != 0:
+        raise RuntimeError(f"{call} failed with cuBLAS status {status}")
+
+
+class Cublas:
+    """A cuBLAS handle of needle's own on `device` (a cuda Device), made outside any capture."""
+
+    def __init__(self, device: Any):
+        self.device = device
+        self.lib = _library()
+        self.handle = ctypes.c_void_p()
+        with device.native:
+            _check(self.lib.cublasCreate_v2(ctypes.byref(self.handle)), "cublasCreate")
+
+    def bind(self, stream_ptr: int, workspace_ptr: int, nbytes: int) -> None:
+        """Launch on stream `stream_ptr`, using `nbytes` of workspace at `workspace_ptr`
+        (cublasSetStream resets the workspace, so it comes second)."""
+        _check(self.lib.cublasSetStream_v2(self.handle, stream_ptr), "cublasSetStream")
+        _check(self.lib.cublasSetWorkspace_v2(self.handle, workspace_ptr, nbytes),
+               "cublasSetWorkspace")
+
+    def matmul(self, a: Any, b: Any) -> Any:
+        """a @ b (cupy float32 or float64, one dtype; batch dimensions broadcast) by one
+        cuBLAS call on the bound stream; NotImplemented for other dtypes."""
+        if a.dtype != b.dtype or a.dtype.name not in ("float32", "float64"):
+            return NotImplemented
+        cp = self.device.cupy
+        with self.device.native:
+            p = plan(cp, a, b)
+            out = cp.empty(p.batch + (p.m, p.n), dtype=a.dtype)
+            if out.size == 0:
+                return out
+            if p.k == 0:
+                out.fill(0)
+                return out
+            single = a.dtype.name == "float32"
+            scalar = ctypes.c_float if single else ctypes.c_double
+            one, zero = scalar(1.0), scalar(0.0)
+            kind, compute = (R_32F, COMPUTE_32F) if single else (R_64F, COMPUTE_64F)
+            f, s = p.first, p.second
+            head = (self.handle, f.op, s.op, p.n, p.m, p.k, ctypes.byref(one))
+            count = math.prod(p.batch)
+            if count == 1:
+                status = self.lib.cublasGemmEx(
+                    *head, f.array.data.ptr, kind, f.ld, s.array.data.ptr, kind, s.ld,
+                    ctypes.byref(zero), out.data.ptr, kind, max(p.n, 1), compute,
+                    GEMM_DEFAULT)
+            else:
+                status = self.lib.cublasGemmStridedBatchedEx(
+                    *head, f.array.data.ptr, kind, f.ld, f.stride, s.array.data.ptr, kind,
+                    s.ld, s.stride, ctypes.byref(zero), out.data.ptr, kind, max(p.n, 1),
+                    p.m * p.n, count, compute, GEMM_DEFAULT)
+            _check(status, "cublasGemmEx")
+            return out
+
+
+_HANDLES: dict[int, Cublas] = {}
+
+
+def for_device(device: Any) -> Cublas:
+    """The Cublas of `device` (one per GPU, made on first use)."""
+    blas = _HANDLES.get(device.index)
+    if blas is None:
+        blas = _HANDLES[device.index] = Cublas(device)
+    return blas

@@ -1,0 +1,128 @@
+"""The direct cuBLAS products of cupy's CUDA graphs (backends/cublas_direct.py).
+
+Which layouts cuBLAS reads in place and which are copied is plain Python over shapes and
+strides: checked on numpy against a column-major strided-batched GEMM written in numpy,
+reading memory the way cuBLAS does (from each operand's first element, by ld and batch
+stride). The ctypes calls themselves run only where cupy sees a GPU.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+import needle as ndl
+from needle.backends import cublas_direct as cb
+
+
+def _read(o: cb.Operand, count: int, rows: int, cols: int) -> np.ndarray:
+    """op(stored) of every batch entry, (count, rows, cols), read as cuBLAS reads memory;
+    fails where cuBLAS would refuse the leading dimension, or read past the operand's own
+    elements."""
+    stored = (rows, cols) if o.op == cb.OP_N else (cols, rows)
+    assert o.ld >= max(1, stored[0])  # cuBLAS refuses a smaller leading dimension
+    x = o.array
+    assert all(s >= 0 for s in x.strides)
+    last = (count - 1) * o.stride + (stored[0] - 1) + (stored[1] - 1) * o.ld
+    assert last <= sum((d - 1) * s // x.itemsize for d, s in zip(x.shape, x.strides))
+    isz = x.itemsize
+    m = np.lib.stride_tricks.as_strided(x, (count,) + stored,
+                                        (o.stride * isz, isz, o.ld * isz), writeable=False)
+    return m if o.op == cb.OP_N else np.swapaxes(m, 1, 2)
+
+
+def _gemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b the way Cublas.matmul computes it: C^T (n x m) = op(first) op(second), exact
+    for the small integers the cases hold (any summation order)."""
+    p = cb.plan(np, a, b)
+    count = int(np.prod(p.batch))
+    first = _read(p.first, count, p.n, p.k)
+    second = _read(p.second, count, p.k, p.m)
+    return np.swapaxes(first @ second, 1, 2).reshape(p.batch + (p.m, p.n))
+
+
+def _broadcast_rows(x, n):
+    """x (1, k) seen as n equal rows: a row stride of 0 (numpy's or cupy's broadcast_to)."""
+    xp = np if isinstance(x, np.ndarray) else sys.modules["cupy"]
+    return xp.broadcast_to(x, (n, x.shape[1]))
+
+
+#: each case builds its two operands with `m(shape)` (views made after, so kept)
+CASES = {
+    "2-d": lambda m: (m((3, 4)), m((4, 5))),
+    "a transposed view": lambda m: (m((4, 3)).T, m((4, 5))),
+    "b transposed view": lambda m: (m((3, 4)), m((5, 4)).T),
+    "both transposed": lambda m: (m((4, 3)).T, m((5, 4)).T),
+    "batched": lambda m: (m((2, 3, 3, 4)), m((2, 3, 4, 5))),
+    "batched, transposed": lambda m: (m((6, 4, 3)).swapaxes(1, 2),
+                                      m((6, 5, 4)).swapaxes(1, 2)),
+    "stack times a matrix": lambda m: (m((6, 3, 4)), m((4, 5))),
+    "a matrix times a stack": lambda m: (m((3, 4)), m((6, 4, 5))),
+    "batch of one broadcast": lambda m: (m((1, 3, 4)), m((7, 4, 5))),
+    "mixed broadcast": lambda m: (m((2, 1, 3, 4)), m((1, 3, 4, 5))),
+    "strided slices": lambda m: (m((3, 8))[:, ::2], m((8, 5))[::2]),
+    "column slices": lambda m: (m((3, 9))[:, 2:6], m((4, 7))[:, 1:6]),
+    "batched row slices": lambda m: (m((6, 5, 4))[:, 1:4], m((6, 4, 7))[:, :, :5]),
+    "broadcast rows": lambda m: (_broadcast_rows(m((1, 4)), 3), m((4, 5))),
+    "reversed": lambda m: (m((3, 4))[::-1], m((4, 5))[:, ::-1]),
+    "vectors": lambda m: (m((1, 4)), m((4, 1))),
+    "outer": lambda m: (m((3, 1)), m((1, 5))),
+    "a column view": lambda m: (m((3, 4))[:, 1:2], m((1, 5))),
+    "conv gradient's (1, M, C) @ (T, C, D)^T": lambda m: (
+        m((1, 10, 3)), m((9, 4, 3)).swapaxes(1, 2)),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_plan_read_as_cublas_reads_memory_is_a_times_b(case):
+    rng = np.random.default_rng(0)
+    a, b = CASES[case](lambda shape: rng.integers(-4, 5, shape).astype(np.float64))
+    np.testing.assert_array_equal(_gemm(a, b), np.matmul(a, b))
+
+
+def test_transposed_views_and_shared_matrices_are_read_in_place():
+    """A transposed operand is read with OP_T and a matrix shared by a batch with stride 0,
+    neither copied; only layouts BLAS cannot read are."""
+    x, w = np.ones((4, 3)), np.ones((6, 5, 4))
+    p = cb.plan(np, x.T, np.swapaxes(w, 1, 2))
+    assert (p.second.op, p.second.stride) == (cb.OP_T, 0)
+    assert np.shares_memory(p.second.array, x)
+    assert (p.first.op, p.first.stride) == (cb.OP_T, 20)
+    assert np.shares_memory(p.first.array, w)
+    sliced = np.ones((3, 8))[:, ::2]
+    assert not np.shares_memory(cb.plan(np, sliced, np.ones((4, 2))).second.array, sliced)
+
+
+def test_misaligned_shapes_are_refused_with_the_shapes():
+    with pytest.raises(ValueError, match=r"\(3, 4\) and \(5, 2\)"):
+        cb.plan(np, np.ones((3, 4)), np.ones((5, 2)))
+    with pytest.raises(ValueError, match="do not broadcast"):
+        cb.plan(np, np.ones((2, 3, 4)), np.ones((3, 4, 2)))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_direct_cublas_matches_cupy_matmul(dtype):
+    """(where cupy sees a GPU) Cublas.matmul against cupy.matmul, every case above, bound to
+    the current stream: to the bit where cuBLAS picks the same kernel (said when not)."""
+    device = ndl.cuda()
+    if not device.enabled():
+        pytest.skip(device.unavailable_reason())
+    cp = device.cupy
+    blas = cb.for_device(device)
+    with device.native:
+        workspace = cp.empty(cb.WORKSPACE_BYTES, dtype=cp.uint8)
+        blas.bind(cp.cuda.get_current_stream().ptr, workspace.data.ptr, workspace.nbytes)
+        rng = np.random.default_rng(1)
+        differ = []
+        for name, make in CASES.items():
+            a, b = make(lambda shape: cp.asarray(rng.random(shape)).astype(dtype))
+            got, want = blas.matmul(a, b), cp.matmul(a, b)
+            assert got.shape == want.shape and got.dtype == want.dtype
+            np.testing.assert_allclose(got.get(), want.get(), rtol=1e-5 if dtype == "float32"
+                                       else 1e-12, err_msg=name)
+            if not bool((got == want).all()):
+                differ.append(name)
+        cp.cuda.get_current_stream().synchronize()
+    print(f"cases not bit-equal to cupy.matmul ({dtype}): {differ or 'none'}")
