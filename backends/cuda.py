@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from .device import Device
-from .splitmix import SPLITMIX_UNIFORM_CUDA
+from .splitmix import SET_STATE_CUDA, SPLITMIX_UNIFORM_AT_CUDA, SPLITMIX_UNIFORM_CUDA
 
 INSTALL_HINT = ("install the GPU extra for your CUDA version (nvidia-smi's \"CUDA Version\"): "
                 "`pip install needle[cuda12]` or `pip install needle[cuda13]`")
@@ -25,6 +25,9 @@ class CUDADevice(Device):
         self._cupyx: Any = None
         #: while a CUDA graph is captured: the matmul that calls cuBLAS directly
         self.capture_matmul: Any = None
+        #: while a CUDA graph is captured: [state, count]: draws read the generator from
+        #: `state` (2 uint64 on this GPU, written before each replay), `count` made so far
+        self.capture_draws: list | None = None
 
     def _probe(self) -> str:
         """Why cupy or GPU `index` is missing, or "" when both are there."""
@@ -78,16 +81,38 @@ class CUDADevice(Device):
         self.generator()[:] = [seed, offset]
 
     def random(self, shape: tuple[int, ...]) -> Any:
-        """float32 uniform draws made on this GPU by one kernel (splitmix.splitmix_uniform)."""
-        generator, cp = self.generator(), self._cupy
+        """float32 uniform draws made on this GPU by one kernel (splitmix.splitmix_uniform);
+        inside a CUDA graph's capture, from the graph's generator state instead."""
+        generator, cp, capture = self.generator(), self._cupy, self.capture_draws
         with self._native:
             out = cp.empty(tuple(shape), dtype=cp.float32)
-            if out.size:
+            if out.size and capture is None:
                 uniform = self.elementwise_kernel("uniform", "uint64 seed, uint64 offset",
                                                   "float32 u", SPLITMIX_UNIFORM_CUDA)
                 uniform(np.uint64(generator[0]), np.uint64(generator[1]), out)
-        generator[1] = (generator[1] + out.size) % 2**64
+            elif out.size:
+                uniform = self.elementwise_kernel("uniform_at", "raw uint64 state, uint64 rel",
+                                                  "float32 u", SPLITMIX_UNIFORM_AT_CUDA)
+                uniform(capture[0], np.uint64(capture[1] % 2**64), out)
+        if capture is None:
+            generator[1] = (generator[1] + out.size) % 2**64
+        else:  # (the host offset moves when the graph replays: advance_generator)
+            capture[1] += out.size
         return out
+
+    def write_generator(self, state: Any) -> None:
+        """Write the generator's (seed, offset) into `state` (2 uint64 on this GPU) by one
+        kernel, no host copy: what a graph's draws read at its next replay."""
+        seed, offset = self.generator()
+        with self._native:
+            write = self.elementwise_kernel("set_state", "uint64 seed, uint64 offset",
+                                            "uint64 s", SET_STATE_CUDA)
+            write(np.uint64(seed), np.uint64(offset), state)
+
+    def advance_generator(self, count: int) -> None:
+        """Move the offset past `count` draws (a graph's replay made them)."""
+        generator = self.generator()
+        generator[1] = (generator[1] + count) % 2**64
 
     def _from_dlpack(self, obj: Any) -> Any:
         """cupy's from_dlpack, with this GPU current."""

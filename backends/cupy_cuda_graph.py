@@ -42,17 +42,19 @@ def clone(array: Any) -> Any:
 
 
 class CudaGraph:
-    """`run()` captured once as a CUDA graph on `device`. `generators` must be empty: the
-    cuda generator's offset is a host integer that a graph would freeze (the caller refuses
-    steps that draw). Matrix products call cuBLAS directly during the capture (cupy refuses
-    to), on needle's own handle bound to the capture's stream and a workspace of the graph's."""
+    """`run()` captured once as a CUDA graph on `device`, drawing from `generators` (empty,
+    or the device's own): the draws read the generator's (seed, offset) from 2 numbers on
+    the GPU that each replay writes first, and the offset moves past them after. Matrix
+    products call cuBLAS directly during the capture (cupy refuses to), on needle's own
+    handle bound to the capture's stream and a workspace of the graph's."""
 
     def __init__(self, device: Device, run: Callable[[], Any], generators: list) -> None:
-        if generators:
-            raise ValueError("a cupy CUDA graph cannot advance the cuda generator")
+        if any(g is not device.generator() for g in generators):
+            raise ValueError(f"a CUDA graph on {device} can only draw from its generator")
         cp = device.cupy
         self.device = device
         self.pool = cp.cuda.MemoryPool()  # the graph's memory, held as long as the graph
+        self.state, self.draws = None, 0
         with device.native:
             stream = cp.cuda.Stream(non_blocking=True)  # (a stream of this GPU)
             with cp.cuda.using_allocator(self.pool.malloc), stream:
@@ -60,14 +62,27 @@ class CudaGraph:
                 self.workspace = cp.empty(cublas_direct.WORKSPACE_BYTES, dtype=cp.uint8)
                 blas.bind(stream.ptr, self.workspace.data.ptr, self.workspace.nbytes)
                 device.capture_matmul = blas.matmul
+                if generators:  # (both draw kernels compiled and loaded before the capture)
+                    self.state = cp.empty(2, dtype=cp.uint64)
+                    device.write_generator(self.state)
+                    device.capture_draws = [self.state, 0]
+                    device.random((1,))
+                    device.capture_draws[1] = 0
                 stream.begin_capture()
                 try:
                     self.result = run()
                 finally:
-                    device.capture_matmul = None
+                    if self.state is not None:
+                        self.draws = device.capture_draws[1]
+                    device.capture_matmul = device.capture_draws = None
                     self.graph = stream.end_capture()  # (raises when the capture failed)
 
     def replay(self) -> None:
-        """Launch the captured kernels again, on the current stream."""
+        """Launch the captured kernels again, on the current stream (after writing the
+        generator's state, when the step draws)."""
         with self.device.native:
+            if self.state is not None:
+                self.device.write_generator(self.state)
             self.graph.launch()
+        if self.state is not None:
+            self.device.advance_generator(self.draws)

@@ -17,6 +17,13 @@ z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
 z ^= z >> 31;
 u = (float)(z >> 40) * 5.9604644775390625e-08f;
 """
+#: the same draws inside a CUDA graph: (seed, offset) read from `state` on the GPU (set before
+#: each replay), `rel` the draws the captured step made before this one
+SPLITMIX_UNIFORM_AT_CUDA = """
+const unsigned long long seed = state[0], offset = state[1] + rel;
+""" + SPLITMIX_UNIFORM_CUDA
+#: writes a generator's (seed, offset) into the 2-entry `state` of a graph
+SET_STATE_CUDA = "s = i == 0 ? seed : offset;"
 
 
 def splitmix_uniform(np: Any, seed: int, offset: int, shape: tuple[int, ...]) -> Any:

@@ -8,8 +8,8 @@ and one epoch of the LSTM language model on the built-in Penn Treebank split (ne
 recipe: hidden 100, SGD lr 4, clip 0.25, batch 20, windows of 40), also on needle's cpu.
 Each needle step also runs compiled (`ndl.compile`, as needle-train runs its step by
 default) and with its forward and backward captured as one CUDA graph (`cuda_graph=True`;
-the optimizer steps outside, eagerly; on cuda a step that draws random numbers, MLPResNet's
-Dropout, is not captured: a warning says so and that column is the ordinary replay). Every
+the optimizer steps outside, eagerly; where a capture fails, a warning says why and that
+column is the ordinary replay). Every
 step is closed by a device synchronisation; the figure is the median of `--steps` timed steps
 after `--warmup` untimed ones. Ratios are to PyTorch on the same GPU.
 

@@ -33,6 +33,30 @@ def test_splitmix_uniform_reference_is_uniform_and_counter_based():
     assert splitmix_uniform(np, 2**64 - 1, 2**64 - 3, (6,)).shape == (6,)
 
 
+def test_cuda_random_inside_a_graph_capture_reads_the_generator_from_the_gpu(gpu):
+    """(no graph needed) with capture_draws set, draws read (seed, offset) from the state
+    that write_generator wrote and count themselves, leaving the host offset alone; after
+    advance_generator the host continues where the draws ended: the reference's numbers."""
+    gpu.manual_seed(11)
+    gpu.random((5,))
+    cp = gpu.cupy
+    with gpu.native:
+        state = cp.empty(2, dtype=cp.uint64)
+    gpu.write_generator(state)
+    assert gpu.to_numpy(state).tolist() == [11, 5]
+    gpu.capture_draws = [state, 0]
+    try:
+        first, second = gpu.random((3, 4)), gpu.random((6,))
+        assert gpu.capture_draws[1] == 18 and list(gpu.rng_state()) == [11, 5]
+    finally:
+        gpu.capture_draws = None
+    reference = splitmix_uniform(np, 11, 0, (27,))
+    np.testing.assert_array_equal(gpu.to_numpy(first).reshape(-1), reference[5:17])
+    np.testing.assert_array_equal(gpu.to_numpy(second), reference[17:23])
+    gpu.advance_generator(18)
+    np.testing.assert_array_equal(gpu.to_numpy(gpu.random((4,))), reference[23:27])
+
+
 def test_cuda_random_is_the_reference_bit_for_bit(gpu):
     gpu.manual_seed(11)
     first, second = gpu.random((3, 4)), gpu.random((5,))

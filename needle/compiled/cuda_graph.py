@@ -14,10 +14,9 @@ each replay. The generators the step draws from are registered with the graph (t
 offsets advance at each replay, as eager draws would). Returned Tensors are copies. Checks
 that eager defers to the next read (labels in range) are made at the capture only. The
 torch calls are in backends/torch_cuda_graph.py, cupy's (the `cuda` device) in
-backends/cupy_cuda_graph.py. On cuda a step that draws random numbers is not captured: the
-cuda generator's offset is a host integer that the graph would freeze. A capture that fails
-(an operation stream capture does not allow) leaves the state as it was, warns, and the
-program replays as usual from then on.
+backends/cupy_cuda_graph.py (there the draws read the generator's state from the GPU,
+written before each replay). A capture that fails (an operation stream capture does not
+allow) leaves the state as it was, warns, and the program replays as usual from then on.
 
 Untested on hardware here (no GPU in this project's CI): `tests/test_compile.py` runs it where
 torch or cupy sees a GPU.
@@ -56,9 +55,6 @@ def eligible(program: Program, tensors: list) -> str:
     graphs = _graphs_of(device)
     if graphs is None:
         return f"{device} is not a CUDA device (cuda, or torch on a GPU)"
-    if graphs is cupy_cuda_graph and program.generators():
-        return ("the step draws random numbers on cuda (a Dropout with p > 0): the cuda "
-                "generator's offset is a host integer that a graph would freeze")
     return graphs.unavailable_reason(device)
 
 
