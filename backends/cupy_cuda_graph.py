@@ -61,21 +61,26 @@ class CudaGraph:
                 blas = cublas_direct.for_device(device)  # (made outside the capture)
                 self.workspace = cp.empty(cublas_direct.WORKSPACE_BYTES, dtype=cp.uint8)
                 blas.bind(stream.ptr, self.workspace.data.ptr, self.workspace.nbytes)
-                device.capture_matmul = blas.matmul
-                if generators:  # (both draw kernels compiled and loaded before the capture)
-                    self.state = cp.empty(2, dtype=cp.uint64)
-                    device.write_generator(self.state)
-                    device.capture_draws = [self.state, 0]
-                    device.random((1,))
-                    device.capture_draws[1] = 0
-                stream.begin_capture()
-                try:
-                    self.result = run()
+                try:  # (whatever happens, eager products and draws are cupy's again after)
+                    device.capture_matmul = blas.matmul
+                    if generators:  # (the draw kernels compiled and loaded before capture)
+                        self.state = cp.empty(2, dtype=cp.uint64)
+                        device.write_generator(self.state)
+                        device.capture_draws = [self.state, 0]
+                        device.random((1,))
+                        device.capture_draws[1] = 0
+                    self._capture(stream, run)
                 finally:
-                    if self.state is not None:
-                        self.draws = device.capture_draws[1]
                     device.capture_matmul = device.capture_draws = None
-                    self.graph = stream.end_capture()  # (raises when the capture failed)
+
+    def _capture(self, stream: Any, run: Callable[[], Any]) -> None:
+        stream.begin_capture()
+        try:
+            self.result = run()
+        finally:
+            if self.state is not None:
+                self.draws = self.device.capture_draws[1]
+            self.graph = stream.end_capture()  # (raises when the capture failed)
 
     def replay(self) -> None:
         """Launch the captured kernels again, on the current stream (after writing the

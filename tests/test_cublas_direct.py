@@ -126,3 +126,4 @@ def test_direct_cublas_matches_cupy_matmul(dtype):
                 differ.append(name)
         cp.cuda.get_current_stream().synchronize()
     print(f"cases not bit-equal to cupy.matmul ({dtype}): {differ or 'none'}")
+
