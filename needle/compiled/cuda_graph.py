@@ -1,4 +1,4 @@
-"""A recorded program replayed as one CUDA graph on `torch:cuda` (`ndl.compile(cuda_graph=True)`).
+"""A recorded program replayed as one CUDA graph on a GPU (`ndl.compile(cuda_graph=True)`).
 
 A graph replays kernels only: what Python computed while it was captured (an optimizer's bias
 correction, a learning rate) would be frozen in it. So only steps without replayed calls
