@@ -19,6 +19,8 @@ import ctypes
 import math
 from typing import Any, NamedTuple
 
+import numpy as np
+
 #: cuBLAS and CUDA enums (cublas_api.h, library_types.h)
 OP_N, OP_T = 0, 1
 R_32F, R_64F = 0, 1
@@ -95,21 +97,17 @@ def plan(xp: Any, a: Any, b: Any) -> Plan:
     if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
         raise ValueError(f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} are not "
                          f"aligned")
-    batch = tuple(_broadcast(a.shape[:-2], b.shape[:-2]))
+    batch = _broadcast(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
     m, k = a.shape[-2:]
     n = b.shape[-1]
     return Plan(batch, m, k, n, operand(xp, b, batch), operand(xp, a, batch))
 
 
-def _broadcast(s: tuple, t: tuple) -> list[int]:
-    out = []
-    for i in range(1, max(len(s), len(t)) + 1):
-        p = s[-i] if i <= len(s) else 1
-        q = t[-i] if i <= len(t) else 1
-        if p != q and p != 1 and q != 1:
-            raise ValueError(f"matmul: batch dimensions {s} and {t} do not broadcast")
-        out.append(max(p, q) if p and q else 0)
-    return out[::-1]
+def _broadcast(s: tuple, t: tuple) -> tuple[int, ...]:
+    try:
+        return np.broadcast_shapes(s, t)
+    except ValueError:
+        raise ValueError(f"matmul: batch dimensions {s} and {t} do not broadcast") from None
 
 
 _LIBRARY: list[Any] = []

@@ -95,7 +95,7 @@ class CUDADevice(Device):
                                                   "float32 u", SPLITMIX_UNIFORM_AT_CUDA)
                 uniform(capture[0], np.uint64(capture[1] % 2**64), out)
         if capture is None:
-            generator[1] = (generator[1] + out.size) % 2**64
+            self.advance_generator(out.size)
         else:  # (the host offset moves when the graph replays: advance_generator)
             capture[1] += out.size
         return out
@@ -110,7 +110,7 @@ class CUDADevice(Device):
             write(np.uint64(seed), np.uint64(offset), state)
 
     def advance_generator(self, count: int) -> None:
-        """Move the offset past `count` draws (a graph's replay made them)."""
+        """Move the offset past `count` draws (made eagerly, or by a graph's replay)."""
         generator = self.generator()
         generator[1] = (generator[1] + count) % 2**64
 
