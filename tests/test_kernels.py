@@ -234,6 +234,55 @@ def col2im_cases(device, rng):
     return cases
 
 
+# (input NHWC, kernel, stride, padding, bias): overlapping windows, a stride that leaves the
+# last rows unread, a 1x1 kernel, wide padding; float32 and float64
+CONV_LAYOUTS = [((2, 7, 6, 3), (3, 3), 1, 1, True), ((2, 7, 6, 2), (3, 2), 2, 0, False),
+                ((3, 5, 5, 4), (1, 1), 1, 0, True), ((1, 9, 8, 2), (5, 5), 3, 2, False)]
+
+
+def conv_inputs(device, rng):
+    """(a, b, bias, stride, padding, g, rtol) per layout and dtype: torch's convolution sums
+    in another order than im2col and a matmul: 1e-5 (float32) and 1e-12 (float64) relative,
+    as absolute error too, on sums of about ten terms of about 1."""
+    out = []
+    for dtype, rtol in (("float32", 1e-5), ("float64", 1e-12)):
+        for shape, (kh, kw), stride, padding, bias in CONV_LAYOUTS:
+            n, h, w, c_in = shape
+            ho, wo = (h + 2 * padding - kh) // stride + 1, (w + 2 * padding - kw) // stride + 1
+            a, b, c, g = (device.asarray(rng.standard_normal(s), dtype=dtype) for s in
+                          [shape, (kh, kw, c_in, 3), (3,), (n, ho, wo, 3)])
+            out.append((a, b, c if bias else None, stride, padding, g, rtol))
+    return out
+
+
+def conv_cases(device, rng):
+    """A view of an NCHW array, as nn.Conv hands over, for the first layout too."""
+    cases = [((a, b, bias, stride, padding), {}, rtol)
+             for a, b, bias, stride, padding, _, rtol in conv_inputs(device, rng)]
+    (a, b, bias, stride, padding), _, rtol = cases[0]
+    nchw = device.xp.asarray(device.xp.permute_dims(a, (0, 3, 1, 2)), copy=True)
+    return cases + [((device.xp.permute_dims(nchw, (0, 2, 3, 1)), b, bias, stride, padding),
+                     {}, rtol)]
+
+
+def conv_input_grad_cases(device, rng):
+    return [((g, b, tuple(a.shape), stride, padding), {}, rtol)
+            for a, b, _, stride, padding, g, rtol in conv_inputs(device, rng)]
+
+
+def conv_weight_grad_cases(device, rng):
+    """Without the forward's windows, and (the reference's own call) with them."""
+    cases = []
+    for a, b, _, stride, padding, g, rtol in conv_inputs(device, rng):
+        kernel = tuple(b.shape[:2])
+        cases.append(((a, g, kernel, stride, padding), {}, rtol))
+        from needle.ops.conv import im2col_portable
+
+        cols = im2col_portable(a, kernel, stride, padding)
+        cases.append(((a, g, kernel, stride, padding, cols), {}, rtol))
+    return cases
+
+
 def sum_cases(device, rng):
     """Rows, columns, keepdims or not, all axes, float64, a view, and layouts the cuda
     version leaves to cupy (interior axes; a long sum with few outputs): float32 sums in
@@ -261,7 +310,11 @@ CASES = {"im2col": im2col_cases, "index_add": index_add_cases,
          "matmul": matmul_cases, "lstm_state": lstm_state_cases,
          "lstm_output": lstm_output_cases, "lstm_state_grad": lstm_state_grad_cases,
          "lstm_output_grad": lstm_output_grad_cases, "col2im": col2im_cases,
-         "sum": sum_cases}
+         "sum": sum_cases, "conv": conv_cases, "conv_input_grad": conv_input_grad_cases,
+         "conv_weight_grad": conv_weight_grad_cases}
+#: kernels with an output only the reference fills, as a cache for a later kernel (conv's
+#: windows, None where the fast version gathers none): compared are the others
+COMPARED = {"conv": lambda result: result[0]}
 
 
 def on_host(device, result):
@@ -316,8 +369,9 @@ def test_fast_kernel_gives_the_references_numbers(name, device):
     expected = CASES[name](device, np.random.default_rng(5))
     for (args, kwargs, rtol), (ref_args, ref_kwargs, _) in zip(got, expected):
         assert kernel.on(args[0]) is fast  # what a call of the kernel runs on this device
-        result = on_host(device, kernel(*args, **kwargs))  # NotImplemented: the reference
-        reference = on_host(device, kernel.reference(*ref_args, **ref_kwargs))
+        pick = COMPARED.get(name, lambda r: r)
+        result = on_host(device, pick(kernel(*args, **kwargs)))  # NotImplemented: reference
+        reference = on_host(device, pick(kernel.reference(*ref_args, **ref_kwargs)))
         results = result if isinstance(result, tuple) else (result,)
         references = reference if isinstance(reference, tuple) else (reference,)
         assert len(results) == len(references)

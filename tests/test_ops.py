@@ -313,6 +313,13 @@ CASES = [
          lambda a, b: np_conv(a, b, 2, 0), [(2, 7, 6, 2), (3, 3, 2, 3)]),
     Case("conv_k1", lambda a, b: ndl.conv(a, b, 1, 0), lambda a, b: np_conv(a, b, 1, 0),
          [(1, 3, 4, 3), (1, 1, 3, 2)]),
+    # conv's adjoints as ops of their own (each one's gradient is made of the other two)
+    Case("conv_input_grad", lambda g, b: ndl.ops.ConvInputGrad((2, 7, 6, 2), 2, 1)(g, b),
+         lambda g, b: np_col2im(g @ b.reshape(-1, 3).T, (2, 7, 6, 2), 3, 2, 1),
+         [(2, 4, 3, 3), (3, 3, 2, 3)]),
+    Case("conv_weight_grad", lambda a, g: ndl.ops.ConvWeightGrad((3, 3), 2, 1)(a, g),
+         lambda a, g: (np_im2col(a, 3, 2, 1).reshape(-1, 18).T @ g.reshape(-1, 3)).reshape(
+             3, 3, 2, 3), [(2, 7, 6, 2), (2, 4, 3, 3)]),
     Case("pad", lambda a: ndl.pad(a, ((0, 0), (1, 2), (0, 3))),
          lambda a: np.pad(a, ((0, 0), (1, 2), (0, 3))), [(2, 3, 2)]),
     Case("pad_2d", lambda a: ndl.pad(a, ((1, 0), (2, 1))), lambda a: np.pad(a, ((1, 0), (2, 1))),

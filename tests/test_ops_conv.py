@@ -112,6 +112,59 @@ def test_cpu_has_a_fast_gather_and_strict_the_portable_one():
     assert IM2COL.implementation("strict") is IM2COL.reference
 
 
+def test_torch_convolutions_run_at_float32_precision_on_a_gpu():
+    """cuDNN's TF32 (PyTorch's default for convolutions, ~1e-3 relative error) is off for
+    float32 tensors on a GPU inside the torch device's conv kernels, and the user's setting is
+    back afterwards, also after an error; on the cpu and for float64 nothing is touched."""
+    torch = pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from needle.backends.conv_torch import _float32_precision
+
+    cudnn = torch.backends.cudnn
+    saved = cudnn.allow_tf32
+    try:
+        cudnn.allow_tf32 = True
+        gpu32 = SimpleNamespace(device=torch.device("cuda"), dtype=torch.float32)
+        with _float32_precision(gpu32):
+            assert cudnn.allow_tf32 is False
+        assert cudnn.allow_tf32 is True
+        with pytest.raises(KeyError), _float32_precision(gpu32):
+            raise KeyError("inside")
+        assert cudnn.allow_tf32 is True
+        for other in (SimpleNamespace(device=torch.device("cuda"), dtype=torch.float64),
+                      torch.zeros(1)):
+            with _float32_precision(other):
+                assert cudnn.allow_tf32 is True
+        cudnn.allow_tf32 = False  # the user's choice is left as it is
+        with _float32_precision(gpu32):
+            assert cudnn.allow_tf32 is False
+        assert cudnn.allow_tf32 is False
+    finally:
+        cudnn.allow_tf32 = saved
+
+
+def test_torch_conv_and_its_adjoints_match_float64_on_the_gpu():
+    """torch:cuda's cuDNN convolutions in float32 against float64 ones: TF32 would miss this
+    by ~1e-3; float32 sums of 288 terms agree to 1e-5."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU for torch here")
+    gpu = ndl.torch("cuda")
+    rng = np.random.default_rng(4)
+    x, w = rng.standard_normal((8, 12, 12, 32)), rng.standard_normal((3, 3, 32, 16))
+    g = rng.standard_normal((8, 6, 6, 16))
+
+    def run(dtype):
+        a, b = tensor(x, gpu, dtype), tensor(w, gpu, dtype)
+        out = ndl.conv(a, b, stride=2, padding=1)
+        out.backward(tensor(g, gpu, dtype, requires_grad=False))
+        return out.numpy(), a.grad.numpy(), b.grad.numpy()
+
+    for got, exact in zip(run("float32"), run("float64")):
+        np.testing.assert_allclose(got, exact, rtol=1e-5, atol=1e-5 * np.abs(exact).max())
+
+
 def test_conv_errors_name_the_shapes(device):
     x = tensor(np.zeros((1, 4, 4, 3)), device)
     with pytest.raises(ValueError, match=r"input has 3 channels .* weights expect 2"):

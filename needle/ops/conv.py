@@ -1,14 +1,18 @@
 """Convolution (NHWC input, (K, K, C_in, C_out) weights) and zero padding.
 
 `conv` is one op: the input's K×K windows gathered into columns ("im2col") and contracted
-with the weights in one matmul. Its gradient is made of needle ops, so second order works:
+with the weights in one matmul. Its adjoints are two more ops, each also linear in both of
+its inputs, so that the three differentiate into each other and every order works:
 
-    d weight = im2col(a)^T @ g          d a = col2im(g @ weight^T)
+    d a = ConvInputGrad(g, weight) = col2im(g @ weight^T)
+    d weight = ConvWeightGrad(a, g) = im2col(a)^T @ g
 
-`Im2Col` gathers the windows row by row, (N, Ho, Wo, K*K*C), for the forward matmul; `Taps`
-gathers them tap-major, (K*K, N, Ho, Wo, C); `Col2Im` adds tap-major windows back into the
-input, the adjoint of both. The input's gradient comes out of one batched matmul already
-tap-major, so each of Col2Im's K*K additions moves one contiguous block.
+Each of the three computes through a kernel (CONV, CONV_INPUT_GRAD, CONV_WEIGHT_GRAD) whose
+reference is the im2col formulation; torch runs its own convolution (cuDNN on a GPU).
+`Im2Col` gathers the windows row by row, (N, Ho, Wo, K*K*C); `Taps` gathers them tap-major,
+(K*K, N, Ho, Wo, C); `Col2Im` adds tap-major windows back into the input, the adjoint of
+both. The input's gradient comes out of one batched matmul already tap-major, so each of
+Col2Im's K*K additions moves one contiguous block.
 The portable gather zero-pads (`array_api_extra.pad`) and stacks the K×K shifted strided
 slices (basic slicing only); cpu and cuda have a faster row-major gather (the IM2COL kernel,
 whose reference is the portable one: tests/test_kernels.py checks they agree).
@@ -21,7 +25,7 @@ from ..backends import namespace
 from ..kernels import ADD_TO_FRESH, Kernel
 from .axes import int_at_least
 from .dtypes import PromotingOp
-from .linalg import MATMUL, MatMul
+from .linalg import MATMUL
 from .movement import GetItem, permute, reshape, sum_to_shape
 from .windows import add_windows, window_slices
 
@@ -190,8 +194,62 @@ class Col2Im(TensorOp):
         return Taps(self.kernel, self.stride, self.padding)(out_grad)
 
 
+def conv_portable(a, b, bias, stride: int, padding: int):
+    """(out, windows): NHWC `a` cross-correlated with (K, K, C_in, C_out) `b`, plus `bias`
+    (C_out,) or None, as im2col and one matmul; the windows are what the weight's gradient
+    reads again (a fast version that gathers none returns None for them)."""
+    xp = namespace(a)
+    kh, kw, c_in, c_out = b.shape
+    cols = im2col_array(a, (kh, kw), stride, padding)
+    n, ho, wo, depth = cols.shape
+    out = MATMUL(xp.reshape(cols, (n * ho * wo, depth)), xp.reshape(b, (depth, c_out)))
+    if bias is not None:  # into the product's fresh array (in place where allowed)
+        out = ADD_TO_FRESH(out, bias)
+    return xp.reshape(out, (n, ho, wo, c_out)), cols
+
+
+def conv_input_grad_portable(g, b, shape: tuple, stride: int, padding: int):
+    """conv's adjoint in its input, an NHWC array of `shape`, for the output's adjoint `g`:
+    one batched matmul straight into tap-major windows, g (1, M, C_out) @ b[t]^T, which the
+    COL2IM kernel adds back (each tap one contiguous block)."""
+    xp = namespace(g)
+    kh, kw, c_in, c_out = b.shape
+    n, ho, wo, _ = g.shape
+    taps = MATMUL(xp.reshape(g, (1, n * ho * wo, c_out)),
+                  xp.matrix_transpose(xp.reshape(b, (kh * kw, c_in, c_out))))
+    return COL2IM(xp.reshape(taps, (kh * kw, n, ho, wo, c_in)), tuple(shape), (kh, kw), stride,
+                  padding)
+
+
+def conv_weight_grad_portable(a, g, kernel: tuple[int, int], stride: int, padding: int,
+                              cols=None):
+    """conv's adjoint in its (K, K, C_in, C_out) weights for input `a` and the output's
+    adjoint `g`: im2col(a)^T @ g, reusing `cols` (the forward's windows of `a`) when given."""
+    xp = namespace(g)
+    if cols is None:
+        cols = im2col_array(a, kernel, stride, padding)
+    n, ho, wo, depth = cols.shape
+    c_out = g.shape[-1]
+    out = MATMUL(xp.matrix_transpose(xp.reshape(cols, (n * ho * wo, depth))),
+                 xp.reshape(g, (n * ho * wo, c_out)))
+    return xp.reshape(out, (kernel[0], kernel[1], a.shape[-1], c_out))
+
+
+#: the convolution and its two adjoints: on torch (cpu, and cuda with cuDNN) the library's
+#: own convolution, which sums in another order than im2col and a matmul
+CONV = Kernel("conv", conv_portable, fast={"torch": "needle.backends.conv_torch:conv_torch"})
+CONV_INPUT_GRAD = Kernel("conv_input_grad", conv_input_grad_portable,
+                         fast={"torch": "needle.backends.conv_torch:conv_input_grad_torch"})
+CONV_WEIGHT_GRAD = Kernel("conv_weight_grad", conv_weight_grad_portable,
+                          fast={"torch": "needle.backends.conv_torch:conv_weight_grad_torch"})
+
+
 class Conv(PromotingOp):
-    """2-D cross-correlation of NHWC `a` with (K, K, C_in, C_out) `b`: NHWC out."""
+    """2-D cross-correlation of NHWC `a` with (K, K, C_in, C_out) `b`: NHWC out.
+
+    Conv and its two adjoints, ConvInputGrad and ConvWeightGrad, are each linear in both
+    inputs, and each one's gradient is made of the other two (so every order works).
+    """
 
     op_name = "conv"
 
@@ -220,38 +278,73 @@ class Conv(PromotingOp):
         if bias is not None and tuple(bias.shape) != (b_shape[3],):
             raise ValueError(f"conv: the bias must have shape ({b_shape[3]},) for weights of "
                              f"shape {b_shape}, found {tuple(bias.shape)}")
-        xp = namespace(a)
-        kh, kw, c_in, c_out = b_shape
-        cols = im2col_array(a, (kh, kw), self.stride, self.padding)
-        n, ho, wo, depth = cols.shape
-        out = MATMUL(xp.reshape(cols, (n * ho * wo, depth)), xp.reshape(b, (depth, c_out)))
-        if bias is not None:  # into the product's fresh array (in place where allowed)
-            out = ADD_TO_FRESH(out, bias)
-        return xp.reshape(out, (n, ho, wo, c_out)), (a, cols)
+        out, cols = CONV(a, b, bias, self.stride, self.padding)
+        return out, (None if cols is None else (a, cols))
 
     def gradient(self, out_grad, node):
         a, b = node.inputs[:2]
         needs = node.needs_input_grad
-        kh, kw, c_in, c_out = b.shape
-        n, ho, wo, _ = out_grad.shape
-        depth = kh * kw * c_in
-        g = reshape(out_grad, (n * ho * wo, c_out))
         grad_a = grad_b = None
         if needs[0]:
-            # one batched matmul straight into tap-major windows (kh*kw, M, C_in), whose
-            # per-tap blocks Col2Im adds fast: g (1, M, C_out) @ b[t]^T (C_out, C_in)
-            taps = MatMul(transpose_b=True)(reshape(out_grad, (1, n * ho * wo, c_out)),
-                                            reshape(b, (kh * kw, c_in, c_out)))
-            grad_a = Col2Im(a.shape, (kh, kw), self.stride, self.padding)(
-                reshape(taps, (kh * kw, n, ho, wo, c_in)))
+            grad_a = ConvInputGrad(a.shape, self.stride, self.padding)(out_grad, b)
         if needs[1]:
-            cols = Im2Col((kh, kw), self.stride, self.padding, node.saved)(a)
-            grad_b = reshape(MatMul(transpose_a=True)(reshape(cols, (n * ho * wo, depth)), g),
-                             b.shape)
+            grad_b = ConvWeightGrad(b.shape[:2], self.stride, self.padding, node.saved)(
+                a, out_grad)
         if len(node.inputs) == 2:
             return grad_a, grad_b
         bias = node.inputs[2]
-        return grad_a, grad_b, (sum_to_shape(g, bias.shape) if needs[2] else None)
+        c_out = out_grad.shape[-1]
+        return grad_a, grad_b, (sum_to_shape(reshape(out_grad, (-1, c_out)), bias.shape)
+                                if needs[2] else None)
+
+
+class ConvInputGrad(PromotingOp):
+    """conv's adjoint in its input: (the output's adjoint g, weights b) -> an NHWC array of
+    the input's `shape`."""
+
+    op_name = "conv"
+
+    def __init__(self, shape: tuple, stride: int, padding: int):
+        self.shape = tuple(shape)
+        self.stride = int_at_least("conv", "stride", stride, 1)
+        self.padding = int_at_least("conv", "padding", padding, 0)
+
+    def compute(self, g, b):
+        return CONV_INPUT_GRAD(g, b, self.shape, self.stride, self.padding)
+
+    def gradient(self, out_grad, node):
+        g, b = node.inputs
+        needs = node.needs_input_grad
+        return (Conv(self.stride, self.padding)(out_grad, b) if needs[0] else None,
+                ConvWeightGrad(b.shape[:2], self.stride, self.padding)(out_grad, g)
+                if needs[1] else None)
+
+
+class ConvWeightGrad(PromotingOp):
+    """conv's adjoint in its weights: (input a, the output's adjoint g) -> (K, K, C_in, C_out)
+    for the `kernel` (K, K); `saved` is (input, its windows) of the forward, reused for that
+    very input."""
+
+    op_name = "conv"
+
+    def __init__(self, kernel: tuple[int, int], stride: int, padding: int,
+                 saved: tuple | None = None):
+        self.kernel = _kernel("conv", kernel)
+        self.stride = int_at_least("conv", "stride", stride, 1)
+        self.padding = int_at_least("conv", "padding", padding, 0)
+        self.saved = saved
+
+    def compute(self, a, g):
+        saved = self.saved
+        cols = saved[1] if saved is not None and saved[0] is a else None
+        return CONV_WEIGHT_GRAD(a, g, self.kernel, self.stride, self.padding, cols)
+
+    def gradient(self, out_grad, node):
+        a, g = node.inputs
+        needs = node.needs_input_grad
+        return (ConvInputGrad(a.shape, self.stride, self.padding)(g, out_grad)
+                if needs[0] else None,
+                Conv(self.stride, self.padding)(a, out_grad) if needs[1] else None)
 
 
 def conv(a: Tensor, b: Tensor, stride: int = 1, padding: int = 1,

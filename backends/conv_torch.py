@@ -1,0 +1,81 @@
+"""Convolution on the torch device: PyTorch's own (cuDNN on a GPU, oneDNN or its own loops on
+the cpu), fast versions of needle.ops.conv's CONV, CONV_INPUT_GRAD and CONV_WEIGHT_GRAD.
+
+needle's NHWC arrays and (K, K, C_in, C_out) weights are handed over as NCHW / OIHW views
+(no copies): a contiguous NHWC tensor seen as NCHW is PyTorch's channels_last layout, which
+its convolutions take as it is and answer in, so the result seen as NHWC again is contiguous.
+On a GPU, cuDNN would compute float32 convolutions with TF32 (PyTorch's default for cuDNN,
+about 1e-3 relative error): like cupy's and PyTorch's own matmuls, these run at float32
+precision, the user's setting restored after each call. Mixed dtypes and integer arrays are
+left to the reference (`NotImplemented`).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import torch
+
+_convolution = torch.ops.aten.convolution.default
+_convolution_backward = torch.ops.aten.convolution_backward.default
+_ONE, _ZERO = [1, 1], [0, 0]
+
+
+@contextmanager
+def _float32_precision(x: torch.Tensor) -> Iterator[None]:
+    """cuDNN without TF32 inside the block, for a float32 tensor on a GPU; elsewhere nothing."""
+    cudnn = torch.backends.cudnn
+    if x.device.type != "cuda" or x.dtype != torch.float32 or not cudnn.allow_tf32:
+        yield
+        return
+    cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        cudnn.allow_tf32 = True
+
+
+def _floating(*arrays: Any) -> bool:
+    """True when every array given (None skipped) has the first one's floating dtype."""
+    dtype = arrays[0].dtype
+    return dtype.is_floating_point and all(a is None or a.dtype == dtype for a in arrays)
+
+
+def conv_torch(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, stride: int,
+               padding: int) -> Any:
+    """(out, None): one PyTorch convolution, no windows gathered."""
+    if not _floating(a, b, bias):
+        return NotImplemented
+    with _float32_precision(a):
+        out = _convolution(a.permute(0, 3, 1, 2), b.permute(3, 2, 0, 1), bias,
+                           [stride, stride], [padding, padding], _ONE, False, _ZERO, 1)
+    return out.permute(0, 2, 3, 1), None
+
+
+def conv_input_grad_torch(g: torch.Tensor, b: torch.Tensor, shape: tuple, stride: int,
+                          padding: int) -> Any:
+    """PyTorch's convolution backward for the input alone (as torch.nn.grad.conv2d_input)."""
+    if not _floating(g, b):
+        return NotImplemented
+    n, h, w, c = shape
+    like = g.new_empty(1).expand(n, c, h, w)  # the input's shape, for the backward to read
+    with _float32_precision(g):
+        grad = _convolution_backward(g.permute(0, 3, 1, 2), like, b.permute(3, 2, 0, 1), None,
+                                     [stride, stride], [padding, padding], _ONE, False, _ZERO,
+                                     1, [True, False, False])[0]
+    return grad.permute(0, 2, 3, 1)
+
+
+def conv_weight_grad_torch(a: torch.Tensor, g: torch.Tensor, kernel: tuple[int, int],
+                           stride: int, padding: int, cols: Any = None) -> Any:
+    """PyTorch's convolution backward for the weights alone (as conv2d_weight); `cols` is
+    the reference's, and never given here (conv_torch gathers no windows)."""
+    if not _floating(a, g):
+        return NotImplemented
+    like = g.new_empty(1).expand(g.shape[3], a.shape[3], kernel[0], kernel[1])
+    with _float32_precision(g):
+        grad = _convolution_backward(g.permute(0, 3, 1, 2), a.permute(0, 3, 1, 2), like, None,
+                                     [stride, stride], [padding, padding], _ONE, False, _ZERO,
+                                     1, [False, True, False])[1]
+    return grad.permute(2, 3, 1, 0)
