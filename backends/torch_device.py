@@ -145,7 +145,11 @@ _NAMESPACE: list[Any] = []
 def torch_namespace() -> Any:
     """array_api_compat.torch, with `maximum` and `minimum` of a floating tensor and a Python
     number as torch's clamp: compat's own make a tensor of the number on the device at every
-    call, a host-to-device copy (a sync on a GPU: ReLU's max(a, 0) did one per call)."""
+    call, a host-to-device copy (a sync on a GPU: ReLU's max(a, 0) did one per call).
+
+    `reshape`, `sum` over given axes, `matmul` of one dtype and `permute_dims` call torch
+    directly: compat's Python around them (a dtype promotion per matmul) costs more host
+    time than the op on small arrays, and on a GPU the host's time is the step's."""
     if not _NAMESPACE:
         import types
 
@@ -166,7 +170,23 @@ def torch_namespace() -> Any:
                 return torch.clamp_max(x1, x2)
             return compat.minimum(x1, x2)
 
-        ns.maximum, ns.minimum = maximum, minimum
+        def reshape(x, /, shape, *, copy=None):
+            return torch.reshape(x, shape) if copy is None else compat.reshape(x, shape,
+                                                                                 copy=copy)
+
+        def sum(x, /, *, axis=None, dtype=None, keepdims=False):
+            if dtype is None and axis is not None and axis != ():
+                return torch.sum(x, axis, keepdim=keepdims)
+            return compat.sum(x, axis=axis, dtype=dtype, keepdims=keepdims)
+
+        def matmul(x1, x2, /):
+            if x1.dtype is x2.dtype:  # nothing to promote
+                return torch.matmul(x1, x2)
+            return compat.matmul(x1, x2)
+
+        ns.maximum, ns.minimum, ns.reshape, ns.sum, ns.matmul = (maximum, minimum, reshape,
+                                                                 sum, matmul)
+        ns.permute_dims = torch.permute
         _NAMESPACE.append(ns)
     return _NAMESPACE[0]
 

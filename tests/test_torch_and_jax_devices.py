@@ -209,3 +209,37 @@ def test_torch_relu_and_clamps_make_no_tensor_of_the_python_number(monkeypatch):
     np.testing.assert_array_equal(low.numpy(), np.maximum(x.numpy(), -1))
     np.testing.assert_array_equal(high.numpy(), np.minimum(x.numpy(), 1))
     assert ints.tolist() == [0, 3]
+
+
+def test_torch_namespaces_direct_functions_agree_with_array_api_compats():
+    """reshape, sum, matmul and permute_dims skip compat's Python where it has nothing to do
+    (no copy asked, axes given, one dtype): the same results, dtypes and errors as compat's
+    on every call form needle makes, compat's own function for the rest."""
+    torch = pytest.importorskip("torch")
+    import array_api_compat.torch as compat
+
+    xp = ndl.torch().xp
+    assert xp.reshape is not compat.reshape and xp.sum is not compat.sum
+    x = torch.arange(24, dtype=torch.float32).reshape(2, 3, 4)
+    ints = torch.arange(6, dtype=torch.int32).reshape(2, 3)
+    flags = ints > 2
+
+    def same(a, b):
+        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+
+    for shape, copy in [((6, 4), None), ((4, -1), None), ((24,), True), ((2, 12), False)]:
+        same(xp.reshape(x, shape, copy=copy), compat.reshape(x, shape, copy=copy))
+    assert xp.reshape(x, (6, 4)).data_ptr() == x.data_ptr()  # a view where one exists
+    with pytest.raises(ValueError):  # no view of a transposed array: compat's error
+        xp.reshape(x.permute(2, 0, 1), (24,), copy=False)
+    for a in (x, ints, flags):
+        for axis in (None, (), 0, -1, (0, 1), (0, -1)):
+            for keepdims in (False, True):
+                same(xp.sum(a, axis=axis, keepdims=keepdims),
+                     compat.sum(a, axis=axis, keepdims=keepdims))
+        same(xp.sum(a, axis=1, dtype=torch.float64), compat.sum(a, axis=1, dtype=torch.float64))
+    b = torch.ones((4, 5), dtype=torch.float32)
+    same(xp.matmul(x, b), compat.matmul(x, b))
+    same(xp.matmul(x, b.double()), compat.matmul(x, b.double()))  # promoted to float64
+    assert xp.matmul(x, b.double()).dtype == torch.float64
+    same(xp.permute_dims(x, (2, 0, 1)), compat.permute_dims(x, (2, 0, 1)))
