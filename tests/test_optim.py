@@ -299,15 +299,15 @@ CHUNKED = [(3, 2), (300, 500), (4,), (5,)]
 
 
 def has_in_place_kernels(device) -> bool:
-    """Whether the device's optimizer kernels update in place (cpu, cuda)."""
+    """Whether the device's optimizer kernels update in place (cpu, cuda, torch)."""
     return device.kind in ADAM.fast and device.kind in SGD_STEP.fast
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("rule", IN_PLACE_RULES)
 def test_in_place_kernels_give_the_portable_rules_numbers_to_the_bit(rule, dtype, device):
-    # the cpu's chunked numpy kernels and cuda's one-kernel updates (compiled without
-    # contracted multiply-adds) against the portable rule on the same device
+    # the cpu's chunked numpy kernels, cuda's one-kernel updates (compiled without contracted
+    # multiply-adds) and torch's in-place ops against the portable rule on the same device
     from needle.backends.optimizer_updates import CHUNK
 
     assert 2 * CHUNK < 300 * 500 < 3 * CHUNK  # whole chunks and a partial one (cpu)
@@ -372,6 +372,29 @@ def test_in_place_kernels_update_copies_of_arrays_they_cannot_update():
     assert got[1] is m and got[2] is v  # the optimizer's own state: updated in place
     for a, b in zip(got, expected):
         np.testing.assert_array_equal(a, b)
+
+
+def test_torch_in_place_updates_copy_a_tensor_that_is_not_contiguous():
+    torch = pytest.importorskip("torch")
+    from needle.backends.optimizer_updates_torch import adam_torch, sgd_torch
+
+    p = torch.zeros((4, 3))[:, :2]  # a strided view: not contiguous
+    g = torch.ones((4, 2))
+    hyper = {"lr": 0.1, "momentum": 0.5, "weight_decay": 0.01}
+    u = torch.full((4, 3), 0.5)[:, 1:]
+    expected = sgd_portable(p, g, u.clone(), **hyper)
+    new_p, new_u = sgd_torch(p, g, u, **hyper)
+    assert new_p is not p and (p == 0).all() and (u == 0.5).all()
+    for got, want in zip((new_p, new_u), expected):
+        assert torch.equal(got, want)
+    m, v = torch.full((4, 2), 0.5), torch.full((4, 2), 0.25)
+    hyper = {"lr_t": 0.1, "beta1": 0.9, "beta2": 0.99, "eps_t": 1e-8, "weight_decay": 0.01}
+    expected = adam_portable(p, g, m.clone(), v.clone(), **hyper)
+    got = adam_torch(p, g, m, v, **hyper)
+    assert got[0] is not p and (p == 0).all() and (g == 1).all()
+    assert got[1] is m and got[2] is v  # the optimizer's own state: updated in place
+    for a, b in zip(got, expected):
+        assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize("rule", RULES)

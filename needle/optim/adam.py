@@ -40,10 +40,12 @@ def adam_portable(param: Any, grad: Any, m: Any, v: Any, *, lr_t: float, beta1: 
     return param - update, m, v
 
 
-#: on cpu (chunked numpy) and cuda (one kernel) the update is made in place
+#: on cpu (chunked numpy), cuda (one kernel) and torch (whole-array in-place ops) the
+#: update is made in place
 ADAM = Kernel("adam", adam_portable, fast={
     "cpu": "needle.backends.optimizer_updates:adam_cpu",
     "cuda": "needle.backends.optimizer_updates:adam_cuda",
+    "torch": "needle.backends.optimizer_updates_torch:adam_torch",
 })
 
 

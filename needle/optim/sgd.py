@@ -22,10 +22,12 @@ def sgd_portable(param: Any, grad: Any, u: Any, *, lr: float, momentum: float,
     return param - lr * u, u
 
 
-#: on cpu (chunked numpy) and cuda (one kernel) the update is made in place
+#: on cpu (chunked numpy), cuda (one kernel) and torch (whole-array in-place ops) the
+#: update is made in place
 SGD_STEP = Kernel("sgd", sgd_portable, fast={
     "cpu": "needle.backends.optimizer_updates:sgd_cpu",
     "cuda": "needle.backends.optimizer_updates:sgd_cuda",
+    "torch": "needle.backends.optimizer_updates_torch:sgd_torch",
 })
 
 
