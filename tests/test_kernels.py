@@ -123,7 +123,8 @@ def sgd_cases(device, rng):
 # (shape, axes): rows (the last axes), columns (the first), and a layout the fast versions
 # hand to the reference; sizes that leave a block's threads idle and need several blocks
 NORM_LAYOUTS = [((6, 5), (1,)), ((6, 5), (0,)), ((3, 4, 37), (2,)), ((300, 70), (0,)),
-                ((2, 3, 4), (1, 2)), ((2, 3, 4), (0, 1)), ((2, 3, 4), (0, 2)), ((5, 600), (1,))]
+                ((2, 3, 4), (1, 2)), ((2, 3, 4), (0, 1)), ((2, 3, 4), (0, 2)), ((5, 600), (1,)),
+                ((6, 5), ())]  # no axes: nothing reduced (handed to the reference)
 
 
 def norm_inputs(device, rng):

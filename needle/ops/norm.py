@@ -52,11 +52,14 @@ def normalize_grad_portable(g, y, s, axes: tuple[int, ...]):
 
 
 #: on cuda one kernel each way (a block per row or per 32 columns) instead of about eight
-#: arrays forward and six backward, two of them reductions, each a launch of tens of us
+#: arrays forward and six backward, two of them reductions, each a launch of tens of us;
+#: on torch, PyTorch's one-pass reductions: five ops each way
 NORMALIZE = Kernel("normalize", normalize_portable,
-                   fast={"cuda": "needle.backends.normalize:normalize_cuda"})
+                   fast={"cuda": "needle.backends.normalize:normalize_cuda",
+                         "torch": "needle.backends.normalize_torch:normalize_torch"})
 NORMALIZE_GRAD = Kernel("normalize_grad", normalize_grad_portable,
-                        fast={"cuda": "needle.backends.normalize:normalize_grad_cuda"})
+                        fast={"cuda": "needle.backends.normalize:normalize_grad_cuda",
+                              "torch": "needle.backends.normalize_torch:normalize_grad_torch"})
 
 
 class Normalize(TensorOp):
