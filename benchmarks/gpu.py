@@ -158,11 +158,11 @@ def torch_models(kind: str, size: int | None):
     return torch_transformer(E, HIDDEN, LAYERS, HEADS, DIM_HEAD, 2048)
 
 
-def torch_step(kind: str, size: int | None, batch: int) -> Callable:
+def torch_step(kind: str, size: int | None, batch: int, device: str = "cuda") -> Callable:
     import torch
 
     torch.manual_seed(0)
-    dev = torch.device("cuda")
+    dev = torch.device(device)
     model = torch_models(kind, size).to(dev)
     gen = torch.Generator(device=dev).manual_seed(0)
     if kind == "transformer":
