@@ -144,24 +144,23 @@ def test_torch_convolutions_run_at_float32_precision_on_a_gpu():
         cudnn.allow_tf32 = saved
 
 
-def test_torch_conv_and_its_adjoints_match_float64_on_the_gpu():
-    """torch:cuda's cuDNN convolutions in float32 against float64 ones: TF32 would miss this
-    by ~1e-3; float32 sums of 288 terms agree to 1e-5."""
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA GPU for torch here")
-    gpu = ndl.torch("cuda")
+def test_float32_conv_and_its_adjoints_match_float64(device):
+    """float32 convolutions against float64 ones on every device: a library's own convolution
+    (cuDNN on a GPU, for torch and jax) at reduced precision (TF32: ~1e-3) would miss this;
+    float32 sums of 288 terms agree to 1e-5."""
     rng = np.random.default_rng(4)
     x, w = rng.standard_normal((8, 12, 12, 32)), rng.standard_normal((3, 3, 32, 16))
     g = rng.standard_normal((8, 6, 6, 16))
 
     def run(dtype):
-        a, b = tensor(x, gpu, dtype), tensor(w, gpu, dtype)
+        a, b = tensor(x, device, dtype), tensor(w, device, dtype)
         out = ndl.conv(a, b, stride=2, padding=1)
-        out.backward(tensor(g, gpu, dtype, requires_grad=False))
+        out.backward(tensor(g, device, dtype, requires_grad=False))
         return out.numpy(), a.grad.numpy(), b.grad.numpy()
 
-    for got, exact in zip(run("float32"), run("float64")):
+    float32 = run("float32")
+    assert float32[0].dtype == np.float32
+    for got, exact in zip(float32, run("float64")):
         np.testing.assert_allclose(got, exact, rtol=1e-5, atol=1e-5 * np.abs(exact).max())
 
 

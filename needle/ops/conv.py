@@ -8,7 +8,8 @@ its inputs, so that the three differentiate into each other and every order work
     d weight = ConvWeightGrad(a, g) = im2col(a)^T @ g
 
 Each of the three computes through a kernel (CONV, CONV_INPUT_GRAD, CONV_WEIGHT_GRAD) whose
-reference is the im2col formulation; torch runs its own convolution (cuDNN on a GPU).
+reference is the im2col formulation; torch and jax run their own convolution (cuDNN
+on a GPU).
 `Im2Col` gathers the windows row by row, (N, Ho, Wo, K*K*C); `Taps` gathers them tap-major,
 (K*K, N, Ho, Wo, C); `Col2Im` adds tap-major windows back into the input, the adjoint of
 both. The input's gradient comes out of one batched matmul already tap-major, so each of
@@ -235,13 +236,16 @@ def conv_weight_grad_portable(a, g, kernel: tuple[int, int], stride: int, paddin
     return xp.reshape(out, (kernel[0], kernel[1], a.shape[-1], c_out))
 
 
-#: the convolution and its two adjoints: on torch (cpu, and cuda with cuDNN) the library's
-#: own convolution, which sums in another order than im2col and a matmul
-CONV = Kernel("conv", conv_portable, fast={"torch": "needle.backends.conv_torch:conv_torch"})
+#: the convolution and its two adjoints: on torch and jax the library's own convolution
+#: (cuDNN on a GPU), which sums in another order than im2col and a matmul
+CONV = Kernel("conv", conv_portable, fast={"torch": "needle.backends.conv_torch:conv_torch",
+                                           "jax": "needle.backends.conv_jax:conv_jax"})
 CONV_INPUT_GRAD = Kernel("conv_input_grad", conv_input_grad_portable,
-                         fast={"torch": "needle.backends.conv_torch:conv_input_grad_torch"})
+                         fast={"torch": "needle.backends.conv_torch:conv_input_grad_torch",
+                               "jax": "needle.backends.conv_jax:conv_input_grad_jax"})
 CONV_WEIGHT_GRAD = Kernel("conv_weight_grad", conv_weight_grad_portable,
-                          fast={"torch": "needle.backends.conv_torch:conv_weight_grad_torch"})
+                          fast={"torch": "needle.backends.conv_torch:conv_weight_grad_torch",
+                                "jax": "needle.backends.conv_jax:conv_weight_grad_jax"})
 
 
 class Conv(PromotingOp):
