@@ -1066,3 +1066,111 @@ def test_the_compiled_step_gives_the_eager_runs_numbers(model, tiny, ptb, tmp_pa
         runs[name] = (ndl.load(ck), rows)
     assert runs["compiled"][1] == runs["eager"][1]
     assert_same_state(runs["compiled"][0], runs["eager"][0])
+
+
+def test_cuda_graph_usage_errors(tiny, capsys):
+    base = ["--data-dir", str(tiny), "--epochs", "1", "--cuda-graph"]
+    assert "--cuda-graph needs a GPU device" in usage_error([*base, "--device", "cpu"], capsys)
+    assert "is not a CUDA device" in usage_error([*base, "--device", "strict"], capsys)
+    assert "cannot go with --no-compile" in usage_error([*base, "--no-compile"], capsys)
+    try:  # under --distributed every rank's exit status is returned, not raised
+        status = train.main([*base, "--distributed"])
+    except SystemExit as e:
+        status = e.code
+    assert status == 2 and "not supported with --distributed" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("model", ["mlp", "lstm"])
+@pytest.mark.filterwarnings("ignore:ndl.compile.*replayed without a CUDA graph")
+def test_the_graphed_step_gives_the_eager_runs_numbers(model, tiny, ptb, tmp_path,
+                                                       monkeypatch):
+    """--cuda-graph's step (forward and backward compiled with cuda_graph=True; reset_grad,
+    clipping and the update eager around it) on the cpu, where its graph is refused and the
+    program replays as usual: the weights, optimizer state and losses of --no-compile bit for
+    bit (with the lstm's clipping and its hidden state carried between windows)."""
+    # the cpu allowed: its graph is then refused by ndl.compile, which warns and replays
+    monkeypatch.setattr(train, "_check_cuda_graph", lambda parser, args, device: None)
+    data = ptb if model == "lstm" else tiny
+    argv = ["--model", model, "--data-dir", str(data), "--batch-size", "4" if data is ptb
+            else str(BATCH), "--epochs", "2", "--hidden-dim", "8", "--quiet"]
+    runs = {}
+    for name, extra in (("graphed", ["--cuda-graph"]), ("eager", ["--no-compile"])):
+        ck, log = tmp_path / f"{name}.npz", tmp_path / f"{name}.csv"
+        assert train.main([*argv, *extra, "--checkpoint", str(ck), "--log-csv", str(log)]) == 0
+        rows = [{k: v for k, v in row.items() if k != "seconds"}
+                for row in curves.read_csv(log)[1]]
+        runs[name] = (ndl.load(ck), rows)
+    assert runs["graphed"][1] == runs["eager"][1]
+    assert_same_state(runs["graphed"][0], runs["eager"][0])
+
+
+def test_the_graphed_step_compiles_only_the_forward_and_backward(monkeypatch):
+    """training_step(cuda_graph=True) hands ndl.compile a step with no optimizer call (a
+    graph would freeze its Python), with cuda_graph=True; the update runs outside."""
+    from needle.apps import epoch_loop
+
+    seen = {}
+    real = ndl.compile
+
+    def spy(fn=None, **kwargs):
+        seen[fn.__name__] = (kwargs, real(fn, **kwargs))
+        return seen[fn.__name__][1]
+
+    monkeypatch.setattr(epoch_loop.ndl, "compile", spy)
+    np.random.seed(0)
+    model = ndl.nn.Linear(3, 2)
+    opt = ndl.optim.SGD(model.parameters(), lr=0.1)
+    step = epoch_loop.training_step(model, ndl.nn.SoftmaxLoss(), opt, clip=1.0,
+                                    cuda_graph=True)
+    assert list(seen) == ["forward_backward"] and seen["forward_backward"][0] == {
+        "cuda_graph": True}
+    X = ndl.Tensor(np.ones((4, 3), np.float32), requires_grad=False)
+    y = ndl.Tensor(np.array([0, 1, 0, 1]), requires_grad=False)
+    before = model.weight.numpy()
+    with pytest.warns(UserWarning, match="replayed without a CUDA graph: cpu"):
+        step(X, y)
+    assert not np.array_equal(model.weight.numpy(), before)  # the update ran (eagerly)
+    (program,) = seen["forward_backward"][1].programs()
+    assert not program.replayed_calls  # no optimizer call inside: a graph could take it
+
+
+@pytest.mark.parametrize("kind", ["torch:cuda", "cuda"])
+@pytest.mark.parametrize("model", ["mlp", "lstm"])
+def test_needle_train_with_cuda_graph_on_a_gpu(kind, model, tiny, ptb, tmp_path):
+    """--cuda-graph on a GPU: every step shape captured (no 'replayed without' warning) and
+    the run's losses and weights those of --no-compile to float32 rounding (on cuda the
+    graph's products call cuBLAS directly, which may pick other kernels than cupy)."""
+    import warnings
+
+    device = gpu_device(kind)
+    data = ptb if model == "lstm" else tiny
+    argv = ["--model", model, "--device", kind, "--data-dir", str(data), "--batch-size",
+            "4" if data is ptb else str(BATCH), "--epochs", "2", "--hidden-dim", "8", "--quiet"]
+    runs = {}
+    for name, extra in (("graphed", ["--cuda-graph"]), ("eager", ["--no-compile"])):
+        ck, log = tmp_path / f"{name}.npz", tmp_path / f"{name}.csv"
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert train.main([*argv, *extra, "--checkpoint", str(ck), "--log-csv",
+                               str(log)]) == 0
+        assert not [w for w in caught if "graph" in str(w.message)], device
+        runs[name] = (ndl.load(ck), curves.read_csv(log)[1])
+    for a, b in zip(runs["graphed"][1], runs["eager"][1]):
+        for key in ("train_loss", "test_loss"):
+            assert math.isclose(float(a[key]), float(b[key]), rel_tol=1e-4), (key, a, b)
+    for key, value in runs["eager"][0]["model"].items():
+        np.testing.assert_allclose(runs["graphed"][0]["model"][key], value, rtol=1e-3,
+                                   atol=1e-5, err_msg=key)
+
+
+def gpu_device(kind: str):
+    """The GPU device `kind` names, or a skip saying why it is not here."""
+    if kind == "torch:cuda":
+        torch = pytest.importorskip("torch")
+        if not torch.cuda.is_available():
+            pytest.skip("no CUDA GPU for torch here")
+        return ndl.backends.torch("cuda")
+    device = ndl.cuda()
+    if not device.enabled():
+        pytest.skip(device.unavailable_reason())
+    return device

@@ -75,6 +75,7 @@ class Run:
     distributed: bool = False  # data-parallel over MPI ranks: rank 0 prints and saves
     saved: tuple[Path, int] | None = None  # the newest checkpoint file and its epoch
     compile: bool = True  # train with the step compiled by ndl.compile (--no-compile: eager)
+    cuda_graph: bool = False  # its forward and backward captured as CUDA graphs (--cuda-graph)
     step: Any = None  # that compiled step, made at the first training pass
     log: curves.EpochLog | None = None  # --log-csv and --plot
 
@@ -82,6 +83,20 @@ class Run:
     def entry(self) -> Model:
         """The registry's entry of the trained model."""
         return REGISTRY[self.config["model"]]
+
+
+def _check_cuda_graph(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                      device: Device) -> None:
+    """Usage errors for --cuda-graph where no graph can be captured."""
+    from needle.compiled.cuda_graph import unavailable_reason
+
+    if args.no_compile:
+        parser.error("--cuda-graph captures the compiled step: it cannot go with --no-compile")
+    if args.distributed:
+        parser.error("--cuda-graph is not supported with --distributed")
+    why = unavailable_reason(device)
+    if why:
+        parser.error(f"--cuda-graph needs a GPU device (--device cuda or torch:cuda): {why}")
 
 
 def setup(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Run:
@@ -106,6 +121,8 @@ def setup(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Run:
         hint = (f" ({args.resume} ran there; pass --device cpu to continue on the cpu)"
                 if stored and args.device is None else "")
         parser.error(f"--device {config['device']}: {device.unavailable_reason()}{hint}")
+    if args.cuda_graph:
+        _check_cuda_graph(parser, args, device)
     entry = REGISTRY[config["model"]]
     data_config = config
     if args.download:  # the folder fetched into --data-dir (or the cache) is read this time
@@ -115,7 +132,7 @@ def setup(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Run:
         training, test = _shard(parser, config, training, test)
     run = Run(config, device, training, test, *_model(config, device, vocab), checkpoint,
               args.resume, stop_after=args.stop_after, quiet=args.quiet,
-              compile=not args.no_compile)
+              compile=not args.no_compile, cuda_graph=args.cuda_graph)
     if stored is not None:
         train_checkpoint.restore(parser, args.resume, stored, run.model, run.opt, device)
         run.start, run.seconds, run.saved = start, stored["seconds"], (args.resume, start)
@@ -245,7 +262,7 @@ def _checked_epoch(run: Run, epoch: int, batches, phase: str, bar) -> tuple[floa
     clip = run.config["clip"] or None
     if opt is not None and run.compile and run.step is None:
         run.step = training_step(run.model, ndl.nn.SoftmaxLoss(), opt, create_graph=False,
-                                 clip=clip)
+                                 clip=clip, cuda_graph=run.cuda_graph)
     try:
         err, loss = run_epoch(batches, run.model, ndl.nn.SoftmaxLoss(), opt, create_graph=False,
                               clip=clip, bar=bar, check_finite=True,

@@ -133,6 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
     add("--no-compile", action="store_true",
         help="run each training step eagerly instead of replaying it as compiled by "
              "ndl.compile: the same numbers, bit for bit (default: off, compiled)")
+    add("--cuda-graph", action="store_true",
+        help="capture each training step's forward and backward as one CUDA graph per batch "
+             "shape (devices cuda and torch:cuda), the update running eagerly around it: "
+             "far less host time per step on a GPU (default: off)")
     add("--distributed", action="store_true",
         help="data-parallel over the ranks of `mpiexec -n N needle-train --distributed`, "
              f"{distributable()}; --batch-size is the global batch (default: off)")

@@ -52,6 +52,11 @@ def eligible(program: Program, tensors: list) -> str:
     device = _device(program, tensors)
     if device is None:
         return "the step uses several devices (or none)"
+    return unavailable_reason(device)
+
+
+def unavailable_reason(device: Any) -> str:
+    """Why steps on `device` cannot be captured as CUDA graphs ("" when they can)."""
     graphs = _graphs_of(device)
     if graphs is None:
         return f"{device} is not a CUDA device (cuda, or torch on a GPU)"
