@@ -197,9 +197,11 @@ def lm_data():
 
 
 def needle_lm_epoch(device: ndl.Device, data: np.ndarray, vocab: int, sync,
-                    compiled: bool = False) -> float:
-    """needle-train's LSTM epoch (the one epoch loop over LMWindows), eager or with the
-    training step compiled as needle-train compiles it by default."""
+                    compiled: bool = False, graphed: bool = False) -> float:
+    """needle-train's LSTM epoch (the one epoch loop over LMWindows), eager, with the
+    training step compiled as needle-train compiles it by default, or `graphed` as
+    `needle-train --cuda-graph` runs it (forward and backward one CUDA graph per window
+    length, clipping and update eager)."""
     from needle.apps.epoch_loop import LMWindows, epoch_counts, training_step
     from needle.apps.models import LanguageModel
 
@@ -208,8 +210,8 @@ def needle_lm_epoch(device: ndl.Device, data: np.ndarray, vocab: int, sync,
     opt = ndl.optim.SGD(model.parameters(), lr=4.0)
     loss_fn = ndl.nn.SoftmaxLoss()
     model.train()
-    step = (training_step(model, loss_fn, opt, create_graph=False, clip=0.25) if compiled
-            else None)
+    step = (training_step(model, loss_fn, opt, create_graph=False, clip=0.25,
+                          cuda_graph=graphed) if compiled or graphed else None)
 
     def epoch(rows: np.ndarray) -> None:
         epoch_counts(LMWindows(rows, 40, device), model, loss_fn, opt, create_graph=False,
@@ -331,7 +333,7 @@ def main() -> None:
         data, vocab = lm_data()
         epochs = {}
         for framework in FRAMEWORKS:
-            if reasons[framework] or framework.endswith("graphed"):
+            if reasons[framework]:
                 continue
             try:
                 if framework == "pytorch cuda":
@@ -339,7 +341,8 @@ def main() -> None:
                 else:
                     epochs[framework] = needle_lm_epoch(
                         needle_device(framework), data, vocab, sync_of(framework),
-                        compiled=framework.endswith("compiled"))
+                        compiled=framework.endswith("compiled"),
+                        graphed=framework.endswith("graphed"))
             except Exception as e:
                 print(f"  lstm_epoch on {framework}: {type(e).__name__}: {e}", flush=True)
         if not args.no_cpu_epoch:
