@@ -121,17 +121,12 @@ def _check_windows(op: str, a, kernel, stride: int, padding: int) -> tuple:
 class Im2Col(TensorOp):
     """(N, H, W, C) -> (N, Ho, Wo, kh*kw*C): the zero-padded input's windows, ordered (i, j, c)."""
 
-    def __init__(self, kernel: tuple[int, int], stride: int = 1, padding: int = 0,
-                 saved: tuple | None = None):
+    def __init__(self, kernel: tuple[int, int], stride: int = 1, padding: int = 0):
         self.kernel = _kernel("im2col", kernel)
         self.stride = int_at_least("im2col", "stride", stride, 1)
         self.padding = int_at_least("im2col", "padding", padding, 0)
-        self.saved = saved  # (input, its windows) that a Conv already gathered
 
     def compute(self, a):
-        saved = self.saved
-        if saved is not None and saved[0] is a:
-            return saved[1]
         _check_windows("im2col", a, self.kernel, self.stride, self.padding)
         return im2col_array(a, self.kernel, self.stride, self.padding)
 
