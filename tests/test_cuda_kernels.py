@@ -68,3 +68,51 @@ def test_cuda_random_is_the_reference_bit_for_bit(gpu):
     after = gpu.to_numpy(gpu.random((4,)))
     gpu.set_rng_state(state)
     np.testing.assert_array_equal(gpu.to_numpy(gpu.random((4,))), after)
+
+
+def _same_as_compat(ns, compat, lib, asarray):
+    """ns's direct reshape, permute_dims, matrix_transpose and matmul against compat's: the
+    same values, dtypes, shapes, and views where compat gives views; compat's errors."""
+    x = asarray(np.arange(24, dtype=np.float32).reshape(2, 3, 4))
+    b = asarray(np.ones((4, 5), dtype=np.float64))
+
+    host = getattr(lib, "asnumpy", np.asarray)
+
+    def same(got, want):
+        assert type(got) is type(want) and got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(host(got), host(want))
+
+    for shape, copy in [((6, 4), None), ((4, -1), None), ((24,), True), ((2, 12), False)]:
+        same(ns.reshape(x, shape, copy=copy), compat.reshape(x, shape, copy=copy))
+    view = ns.reshape(x, (6, 4))
+    view[0, 0] = 99  # a view, as compat's: written through to x
+    assert float(x[0, 0, 0]) == 99
+    view[0, 0] = 0
+    with pytest.raises((ValueError, AttributeError)):  # no view of a transposed array
+        ns.reshape(ns.permute_dims(x, (2, 0, 1)), (24,), copy=False)
+    same(ns.permute_dims(x, (2, 0, 1)), compat.permute_dims(x, (2, 0, 1)))
+    same(ns.matrix_transpose(x), compat.matrix_transpose(x))
+    with pytest.raises(ValueError, match="at least 2-dimensional"):
+        ns.matrix_transpose(asarray(np.ones(3)))
+    same(ns.matmul(x, b), compat.matmul(x, b))  # promoted to float64, as compat's
+    assert ns.sum is compat.sum and ns.asarray is compat.asarray  # the rest is compat's
+
+
+def test_the_cuda_namespace_calls_the_library_directly_on_numpy():
+    """backends/cuda.direct_namespace is written for any library with numpy's API: numpy and
+    array_api_compat.numpy stand in for cupy here."""
+    import array_api_compat.numpy as compat
+
+    from needle.backends.cuda import direct_namespace
+
+    ns = direct_namespace(compat, np)
+    assert ns.reshape is not compat.reshape and ns.matmul is np.matmul
+    _same_as_compat(ns, compat, np, np.asarray)
+
+
+def test_the_cuda_namespace_calls_cupy_directly(gpu):
+    import array_api_compat.cupy as compat
+
+    cupy = gpu.cupy
+    assert gpu.xp.matmul is cupy.matmul
+    _same_as_compat(gpu.xp, compat, cupy, cupy.asarray)
