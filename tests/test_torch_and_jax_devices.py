@@ -155,8 +155,9 @@ def test_jax_with_x64_holds_float64():
 
 def test_jax_matmuls_run_at_full_float32_precision_unless_the_user_chose(device):
     # on a GPU jax's default precision multiplies float32 with reduced-precision passes; the
-    # jax device asks for "highest" in every product needle makes (Linear, conv, attention),
-    # unless the user set jax's own default, which needle then follows
+    # jax device asks for "highest" in every product needle makes (Linear, attention) and in
+    # its convolutions (XLA's own: backends/conv_jax.py), unless the user set jax's own
+    # default, which needle then follows
     if device.kind != "jax":
         pytest.skip("jax only")
     calls = []
@@ -179,13 +180,19 @@ def test_jax_matmuls_run_at_full_float32_precision_unless_the_user_chose(device)
         (x.reshape((2, 16)) @ ndl.Tensor(np.ones((16, 2)), device=device)).sum().backward()
     finally:
         device.xp.matmul = real
-    assert ((16, 18), (18, 3)) in calls and ((2, 16), (16, 2)) in calls  # conv, plain matmul
+    assert ((2, 16), (16, 2)) in calls  # the plain matmul
+    from needle.backends import conv_jax
+    from needle.ops.conv import CONV
+
+    assert CONV.on(x._array) is conv_jax.conv_jax and conv_jax._highest()
     run_python("""
         import jax
         jax.config.update("jax_default_matmul_precision", "bfloat16")
         import needle as ndl
         import jax.numpy as jnp
+        from needle.backends import conv_jax
         assert ndl.jax().xp.matmul is jnp.matmul  # the user's choice: left alone
+        assert not conv_jax._highest()  # in the convolutions too
         """)
 
 
