@@ -284,6 +284,39 @@ def conv_weight_grad_cases(device, rng):
     return cases
 
 
+def softmax_inputs(device, rng):
+    """Attention-like logits (B, H, T, T) in float32 and float64, a row of -inf and one of
+    huge values, a transposed view, a 2-d array and a causal mask wider than it is tall."""
+    out = []
+    for dtype in ("float32", "float64"):
+        z = rng.standard_normal((2, 3, 5, 5)) * 4
+        z[0, 0, 1] = -np.inf  # an all -inf row: shifted by 0, NaN after the division
+        z[1, 2, 3] = 1e30
+        if dtype == "float64":  # a row the mask's size shows in: 3e38 + NEG_MAX < 0
+            z[1, 1, 2] = 3e38
+        out.append(device.asarray(z, dtype=dtype))
+    view = device.xp.permute_dims(device.asarray(rng.standard_normal((6, 4)),
+                                                 dtype="float32"), (1, 0))
+    return out + [view, device.asarray(rng.standard_normal((3, 7)), dtype="float32")]
+
+
+def softmax_cases(device, rng):
+    """Every input with temperature 1 and 3, causal or not: the same passes (rtol 0)."""
+    return [((z, temperature, causal), {}, 0) for z in softmax_inputs(device, rng)
+            for temperature in (1.0, 3.0) for causal in (False, True)]
+
+
+def softmax_grad_cases(device, rng):
+    from needle.ops.softmax import softmax_portable
+
+    cases = []
+    for z in softmax_inputs(device, rng):
+        y = softmax_portable(z, 1.0, True)
+        g = device.asarray(rng.standard_normal(tuple(z.shape)), dtype=z.dtype)
+        cases += [((y, g, temperature), {}, 0) for temperature in (1.0, 3.0)]
+    return cases
+
+
 def sum_cases(device, rng):
     """Rows, columns, keepdims or not, all axes, float64, a view, and layouts the cuda
     version leaves to cupy (interior axes; a long sum with few outputs): float32 sums in
@@ -312,7 +345,8 @@ CASES = {"im2col": im2col_cases, "index_add": index_add_cases,
          "lstm_output": lstm_output_cases, "lstm_state_grad": lstm_state_grad_cases,
          "lstm_output_grad": lstm_output_grad_cases, "col2im": col2im_cases,
          "sum": sum_cases, "conv": conv_cases, "conv_input_grad": conv_input_grad_cases,
-         "conv_weight_grad": conv_weight_grad_cases}
+         "conv_weight_grad": conv_weight_grad_cases, "softmax": softmax_cases,
+         "softmax_grad": softmax_grad_cases}
 #: kernels with an output only the reference fills, as a cache for a later kernel (conv's
 #: windows, None where the fast version gathers none): compared are the others
 COMPARED = {"conv": lambda result: result[0]}
@@ -360,6 +394,7 @@ def test_every_fast_path_names_a_function(name):
 @pytest.mark.filterwarnings("ignore:divide by zero encountered in log")  # the -inf row's
 @pytest.mark.filterwarnings("ignore:invalid value encountered in subtract")
 @pytest.mark.filterwarnings("ignore:divide by zero encountered in divide")
+@pytest.mark.filterwarnings("ignore:invalid value encountered in divide")  # softmax's -inf row
 @pytest.mark.filterwarnings("ignore:invalid value encountered in multiply")
 def test_fast_kernel_gives_the_references_numbers(name, device):
     kernel = REGISTRY[name]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..autograd.tensor import Tensor, TensorOp
 from ..backends import namespace
-from ..kernels import SUM
+from ..kernels import SUM, Kernel
 from .movement import broadcast_to, reshape
 from .reduce import _finite_max, summation
 
@@ -28,6 +28,31 @@ def _causal(xp, z):
     return z + xp.astype(later, z.dtype) * NEG_MAX
 
 
+def softmax_portable(a, temperature: float, causal: bool):
+    """softmax(a / temperature) over the last axis, the course's way: exp(z - max) /
+    sum(exp(z - max)), with the causal mask added to z first when asked."""
+    xp = namespace(a)
+    z = a / temperature if temperature != 1.0 else a
+    if causal:
+        z = _causal(xp, z)
+    e = xp.exp(z - _finite_max(xp, z, (a.ndim - 1,)))
+    return e / SUM(e, (e.ndim - 1,), True)
+
+
+def softmax_grad_portable(y, g, temperature: float):
+    """y (g - sum(g y)) / temperature, the sum over the last axis."""
+    gy = g * y
+    out = gy - y * SUM(gy, (gy.ndim - 1,), True)
+    return out / temperature if temperature != 1.0 else out
+
+
+#: on cpu the same passes made in place, with the causal mask made once per shape: a fresh
+#: array each way instead of six forward and three backward (attention's logits are big)
+SOFTMAX = Kernel("softmax", softmax_portable, fast={"cpu": "needle.backends.softmax:softmax_cpu"})
+SOFTMAX_GRAD = Kernel("softmax_grad", softmax_grad_portable,
+                      fast={"cpu": "needle.backends.softmax:softmax_grad_cpu"})
+
+
 class Softmax(TensorOp):
     """softmax(a / temperature) over the last axis; with `causal`, a key after its query
     (j > i over the last two axes) gets probability 0."""
@@ -39,15 +64,10 @@ class Softmax(TensorOp):
         self.causal = bool(causal)
 
     def compute(self, a):
-        xp = namespace(a)
         if self.causal and a.ndim < 2:
             raise ValueError(f"softmax: a causal mask needs 2 or more dimensions, found shape "
                              f"{tuple(a.shape)}")
-        z = a / self.temperature if self.temperature != 1.0 else a
-        if self.causal:
-            z = _causal(xp, z)
-        e = xp.exp(z - _finite_max(xp, z, (a.ndim - 1,)))
-        return e / SUM(e, (e.ndim - 1,), True)
+        return SOFTMAX(a, self.temperature, self.causal)
 
     def gradient(self, out_grad, node):
         return SoftmaxGrad(self.temperature)(node.result, out_grad)
@@ -67,9 +87,7 @@ class SoftmaxGrad(TensorOp):
         self.temperature = float(temperature)
 
     def compute(self, y, g):
-        gy = g * y
-        out = gy - y * SUM(gy, (gy.ndim - 1,), True)
-        return out / self.temperature if self.temperature != 1.0 else out
+        return SOFTMAX_GRAD(y, g, self.temperature)
 
     def gradient(self, h, node):
         # F(y, g) = c y (g - s) with s = sum(g y) and c = 1 / temperature. F is linear in g:
