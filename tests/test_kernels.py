@@ -300,9 +300,16 @@ def softmax_inputs(device, rng):
     return out + [view, device.asarray(rng.standard_normal((3, 7)), dtype="float32")]
 
 
+def softmax_rtol(device) -> float:
+    """cpu makes the reference's passes (rtol 0); cuda's block sums each row in another
+    order: a few ulps."""
+    return 1e-6 if device.kind == "cuda" else 0
+
+
 def softmax_cases(device, rng):
-    """Every input with temperature 1 and 3, causal or not: the same passes (rtol 0)."""
-    return [((z, temperature, causal), {}, 0) for z in softmax_inputs(device, rng)
+    """Every input with temperature 1 and 3, causal or not."""
+    return [((z, temperature, causal), {}, softmax_rtol(device))
+            for z in softmax_inputs(device, rng)
             for temperature in (1.0, 3.0) for causal in (False, True)]
 
 
@@ -313,7 +320,7 @@ def softmax_grad_cases(device, rng):
     for z in softmax_inputs(device, rng):
         y = softmax_portable(z, 1.0, True)
         g = device.asarray(rng.standard_normal(tuple(z.shape)), dtype=z.dtype)
-        cases += [((y, g, temperature), {}, 0) for temperature in (1.0, 3.0)]
+        cases += [((y, g, temperature), {}, softmax_rtol(device)) for temperature in (1.0, 3.0)]
     return cases
 
 

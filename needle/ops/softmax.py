@@ -47,10 +47,14 @@ def softmax_grad_portable(y, g, temperature: float):
 
 
 #: on cpu the same passes made in place, with the causal mask made once per shape: a fresh
-#: array each way instead of six forward and three backward (attention's logits are big)
-SOFTMAX = Kernel("softmax", softmax_portable, fast={"cpu": "needle.backends.softmax:softmax_cpu"})
+#: array each way instead of six forward and three backward (attention's logits are big);
+#: on cuda one kernel each way, a block per row
+SOFTMAX = Kernel("softmax", softmax_portable,
+                 fast={"cpu": "needle.backends.softmax:softmax_cpu",
+                       "cuda": "needle.backends.softmax:softmax_cuda"})
 SOFTMAX_GRAD = Kernel("softmax_grad", softmax_grad_portable,
-                      fast={"cpu": "needle.backends.softmax:softmax_grad_cpu"})
+                      fast={"cpu": "needle.backends.softmax:softmax_grad_cpu",
+                            "cuda": "needle.backends.softmax:softmax_grad_cuda"})
 
 
 class Softmax(TensorOp):
