@@ -301,9 +301,9 @@ def softmax_inputs(device, rng):
 
 
 def softmax_rtol(device) -> float:
-    """cpu makes the reference's passes (rtol 0); cuda's block sums each row in another
-    order: a few ulps."""
-    return 1e-6 if device.kind == "cuda" else 0
+    """cpu makes the reference's passes (rtol 0); cuda's block and PyTorch's softmax sum
+    each row in another order: a few ulps."""
+    return 1e-6 if device.kind in ("cuda", "torch") else 0
 
 
 def softmax_cases(device, rng):

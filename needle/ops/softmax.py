@@ -48,13 +48,15 @@ def softmax_grad_portable(y, g, temperature: float):
 
 #: on cpu the same passes made in place, with the causal mask made once per shape: a fresh
 #: array each way instead of six forward and three backward (attention's logits are big);
-#: on cuda one kernel each way, a block per row
+#: on cuda one kernel each way, a block per row; on torch PyTorch's fused softmax
 SOFTMAX = Kernel("softmax", softmax_portable,
                  fast={"cpu": "needle.backends.softmax:softmax_cpu",
-                       "cuda": "needle.backends.softmax:softmax_cuda"})
+                       "cuda": "needle.backends.softmax:softmax_cuda",
+                       "torch": "needle.backends.softmax_torch:softmax_torch"})
 SOFTMAX_GRAD = Kernel("softmax_grad", softmax_grad_portable,
                       fast={"cpu": "needle.backends.softmax:softmax_grad_cpu",
-                            "cuda": "needle.backends.softmax:softmax_grad_cuda"})
+                            "cuda": "needle.backends.softmax:softmax_grad_cuda",
+                            "torch": "needle.backends.softmax_torch:softmax_grad_torch"})
 
 
 class Softmax(TensorOp):
