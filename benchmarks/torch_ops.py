@@ -57,6 +57,9 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
+    why = ndl.torch(args.device).unavailable_reason()
+    if why:
+        raise SystemExit(f"benchmarks/torch_ops.py: {why}")
     sync = torch.cuda.synchronize if args.device == "cuda" else None
     print(f"torch ops per step and ms per step (median of {args.steps}) on torch "
           f"{torch.__version__} {args.device}")
