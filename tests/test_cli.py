@@ -1047,6 +1047,19 @@ def test_help_names_every_model_and_every_models_defaults(capsys):
                 assert model in listed, (action.dest, model)
 
 
+def run_ways(argv: list[str], ways: dict[str, list[str]], tmp_path: Path) -> dict:
+    """needle-train run once per way (name -> extra arguments): name -> (its checkpoint, its
+    logged rows without the seconds)."""
+    runs = {}
+    for name, extra in ways.items():
+        ck, log = tmp_path / f"{name}.npz", tmp_path / f"{name}.csv"
+        assert train.main([*argv, *extra, "--checkpoint", str(ck), "--log-csv", str(log)]) == 0
+        rows = [{k: v for k, v in row.items() if k != "seconds"}
+                for row in curves.read_csv(log)[1]]
+        runs[name] = (ndl.load(ck), rows)
+    return runs
+
+
 @pytest.mark.parametrize("model", ["mlp", "cnn", "rnn", "lstm", "transformer"])
 def test_the_compiled_step_gives_the_eager_runs_numbers(model, tiny, ptb, tmp_path):
     """needle-train replays its step compiled by ndl.compile by default: two epochs (train,
@@ -1057,13 +1070,7 @@ def test_the_compiled_step_gives_the_eager_runs_numbers(model, tiny, ptb, tmp_pa
             else str(BATCH), "--epochs", "2", "--quiet"]
     if model != "cnn":
         argv += ["--hidden-dim", "8"]
-    runs = {}
-    for name, extra in (("compiled", []), ("eager", ["--no-compile"])):
-        ck, log = tmp_path / f"{name}.npz", tmp_path / f"{name}.csv"
-        assert train.main([*argv, *extra, "--checkpoint", str(ck), "--log-csv", str(log)]) == 0
-        rows = [{k: v for k, v in row.items() if k != "seconds"}
-                for row in curves.read_csv(log)[1]]
-        runs[name] = (ndl.load(ck), rows)
+    runs = run_ways(argv, {"compiled": [], "eager": ["--no-compile"]}, tmp_path)
     assert runs["compiled"][1] == runs["eager"][1]
     assert_same_state(runs["compiled"][0], runs["eager"][0])
 
@@ -1093,13 +1100,7 @@ def test_the_graphed_step_gives_the_eager_runs_numbers(model, tiny, ptb, tmp_pat
     data = ptb if model == "lstm" else tiny
     argv = ["--model", model, "--data-dir", str(data), "--batch-size", "4" if data is ptb
             else str(BATCH), "--epochs", "2", "--hidden-dim", "8", "--quiet"]
-    runs = {}
-    for name, extra in (("graphed", ["--cuda-graph"]), ("eager", ["--no-compile"])):
-        ck, log = tmp_path / f"{name}.npz", tmp_path / f"{name}.csv"
-        assert train.main([*argv, *extra, "--checkpoint", str(ck), "--log-csv", str(log)]) == 0
-        rows = [{k: v for k, v in row.items() if k != "seconds"}
-                for row in curves.read_csv(log)[1]]
-        runs[name] = (ndl.load(ck), rows)
+    runs = run_ways(argv, {"graphed": ["--cuda-graph"], "eager": ["--no-compile"]}, tmp_path)
     assert runs["graphed"][1] == runs["eager"][1]
     assert_same_state(runs["graphed"][0], runs["eager"][0])
 
@@ -1146,15 +1147,11 @@ def test_needle_train_with_cuda_graph_on_a_gpu(kind, model, tiny, ptb, tmp_path)
     data = ptb if model == "lstm" else tiny
     argv = ["--model", model, "--device", kind, "--data-dir", str(data), "--batch-size",
             "4" if data is ptb else str(BATCH), "--epochs", "2", "--hidden-dim", "8", "--quiet"]
-    runs = {}
-    for name, extra in (("graphed", ["--cuda-graph"]), ("eager", ["--no-compile"])):
-        ck, log = tmp_path / f"{name}.npz", tmp_path / f"{name}.csv"
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            assert train.main([*argv, *extra, "--checkpoint", str(ck), "--log-csv",
-                               str(log)]) == 0
-        assert not [w for w in caught if "graph" in str(w.message)], device
-        runs[name] = (ndl.load(ck), curves.read_csv(log)[1])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        runs = run_ways(argv, {"graphed": ["--cuda-graph"], "eager": ["--no-compile"]},
+                        tmp_path)
+    assert not [w for w in caught if "graph" in str(w.message)], device
     for a, b in zip(runs["graphed"][1], runs["eager"][1]):
         for key in ("train_loss", "test_loss"):
             assert math.isclose(float(a[key]), float(b[key]), rel_tol=1e-4), (key, a, b)
