@@ -42,7 +42,6 @@ def softmax_xent_grad_cpu(e: Any, sums: Any, labels: Any, g: Any,
 _TYPES = {"float32": "float", "float64": "double"}
 
 XENT_SOURCE = r"""
-typedef %s T;
 
 __device__ float negative_infinity(float) { return __int_as_float(0xff800000); }
 __device__ double negative_infinity(double) { return __longlong_as_double(0xfff0000000000000ULL); }
@@ -112,7 +111,7 @@ def softmax_xent_cuda(logits: Any, labels: Any) -> tuple[Any, Any, Any]:
         e = cp.empty_like(z)
         sums = cp.empty((n, 1), dtype=z.dtype)
         loss = cp.empty((n,), dtype=z.dtype)
-        kernel = gpu.raw_kernel(f"xent_rows_{dtype}", XENT_SOURCE % _TYPES[dtype], "xent_rows")
+        kernel = gpu.raw_kernel("xent_rows", XENT_SOURCE, "xent_rows", dtype)
         kernel((n,), (256,), (z, labels, e, sums, loss, np.int64(k)))
         return cp.sum(loss) * (1.0 / n), e, sums
 

@@ -86,12 +86,14 @@ class CUDADevice(Device):
                 params, outs, body, f"needle_{name}", options=("--fmad=false",) if exact else ())
         return kernel
 
-    def raw_kernel(self, name: str, source: str, entry: str) -> Any:
-        """needle's own cupy RawKernel `entry` of CUDA C `source`, compiled on first use under
-        `name` (one per dtype: the source says which); launched as kernel(grid, block, args)."""
-        kernel = _KERNELS.get(name)
+    def raw_kernel(self, name: str, source: str, entry: str, dtype: str) -> Any:
+        """needle's own cupy RawKernel `entry` of CUDA C `source` with its element type `T`
+        the C type of `dtype` ("float32" or "float64"), compiled on first use; launched as
+        kernel(grid, block, args)."""
+        key = f"{name}_{dtype}"
+        kernel = _KERNELS.get(key)
         if kernel is None:
-            kernel = _KERNELS[name] = self.cupy.RawKernel(source, entry)
+            kernel = _KERNELS[key] = self.cupy.RawKernel(typed_source(source, dtype), entry)
         return kernel
 
     def _new_generator(self, seed: int) -> list[int]:
@@ -175,6 +177,14 @@ class CUDADevice(Device):
 
 #: needle's own cupy kernels by name, compiled on first use
 _KERNELS: dict[str, Any] = {}
+
+#: the C element type `T` of needle's raw kernels, per dtype
+C_TYPES = {"float32": "float", "float64": "double"}
+
+
+def typed_source(source: str, dtype: str) -> str:
+    """CUDA C `source` with its element type `T` defined as `dtype`'s C type."""
+    return f"typedef {C_TYPES[dtype]} T;\n{source}"
 
 
 def _probe(index: int) -> str:

@@ -38,7 +38,6 @@ def scatter_add_rows(zeros: Callable[..., Any], scatter_add: Callable[..., Any],
 #: one thread per (sorted position, column): the first position of each run of equal ids
 #: adds the run's rows one by one in their original order (a stable sort's)
 SEGMENT_SOURCE = r"""
-typedef %s T;
 
 extern "C" __global__ void segment_sum(const long long* ids, const long long* order,
                                        const T* values, T* out, long long m, long long d,
@@ -78,8 +77,7 @@ def index_add_cuda(indices: Any, values: Any, n: int) -> Any:
         flat = cp.ascontiguousarray(cp.reshape(values, (m, d)))
         out = cp.zeros((n,) + rest, dtype=values.dtype)
         if d:
-            kernel = gpu.raw_kernel(f"segment_sum_{dtype}", SEGMENT_SOURCE % _TYPES[dtype],
-                                    "segment_sum")
+            kernel = gpu.raw_kernel("segment_sum", SEGMENT_SOURCE, "segment_sum", dtype)
             kernel(((m * d + 255) // 256,), (256,),
                    (ids, order, flat, out, np.int64(m), np.int64(d), np.int64(n)))
         return out

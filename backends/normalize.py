@@ -50,7 +50,7 @@ __device__ T column_sum(T v, T* buf) {
 }
 """
 
-SOURCE = "typedef %s T;\n" + HELPERS + r"""
+SOURCE = HELPERS + r"""
 // x (rows, d) contiguous, one block per row: y = (x - mean) / sqrt(var + eps), s = 1 / sqrt(..)
 extern "C" __global__ void norm_rows(const T* x, T* y, T* s, T* mean, T* var,
                                      long long d, T eps) {
@@ -144,7 +144,7 @@ extern "C" __global__ void norm_grad_cols(const T* g, const T* y, const T* s, T*
 
 
 def _kernel(gpu: Any, dtype: str, entry: str) -> Any:
-    return gpu.raw_kernel(f"{entry}_{dtype}", SOURCE % _TYPES[dtype], entry)
+    return gpu.raw_kernel(entry, SOURCE, entry, dtype)
 
 
 def _layout(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[str, int, int] | None:

@@ -62,7 +62,7 @@ def softmax_grad_cpu(y: Any, g: Any, temperature: float) -> Any:
 
 
 # ----- cuda ------------------------------------------------------------------------------------
-SOURCE = "typedef %s T;\n" + HELPERS + r"""
+SOURCE = HELPERS + r"""
 // the max of v over a one-dimensional block whose size is a power of 2 (NaN wins, as numpy's)
 __device__ T block_max(T v, T* buf) {
     buf[threadIdx.x] = v;
@@ -131,7 +131,7 @@ extern "C" __global__ void softmax_grad_rows(const T* y, const T* g, T* out, lon
 
 
 def _kernel(gpu: Any, dtype: str, entry: str) -> Any:
-    return gpu.raw_kernel(f"{entry}_{dtype}", SOURCE % _TYPES[dtype], entry)
+    return gpu.raw_kernel(entry, SOURCE, entry, dtype)
 
 
 def softmax_cuda(a: Any, temperature: float, causal: bool) -> Any:

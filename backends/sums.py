@@ -18,7 +18,7 @@ import numpy as np
 from . import device_of
 from .normalize import _TYPES, HELPERS, _layout, _threads
 
-SUM_SOURCE = "typedef %s T;\n" + HELPERS + r"""
+SUM_SOURCE = HELPERS + r"""
 extern "C" __global__ void sum_rows(const T* x, T* out, long long d) {
     __shared__ T buf[256];
     const T* xr = x + (long long)blockIdx.x * d;
@@ -63,7 +63,7 @@ def sum_cuda(a: Any, axes: tuple[int, ...] | None, keepdims: bool = False) -> An
     with gpu.native:
         a = cp.ascontiguousarray(a)
         out = cp.empty(out_shape, dtype=a.dtype)
-        kernel = gpu.raw_kernel(f"sum_{how}_{dtype}", SUM_SOURCE % _TYPES[dtype], f"sum_{how}")
+        kernel = gpu.raw_kernel(f"sum_{how}", SUM_SOURCE, f"sum_{how}", dtype)
         if how == "rows":
             kernel((n,), (_threads(d),), (a, out, np.int64(d)))
         else:

@@ -1156,8 +1156,8 @@ def test_needle_train_with_cuda_graph_on_a_gpu(kind, model, tiny, ptb, tmp_path)
         for key in ("train_loss", "test_loss"):
             assert math.isclose(float(a[key]), float(b[key]), rel_tol=1e-4), (key, a, b)
     for key, value in runs["eager"][0]["model"].items():
-        np.testing.assert_allclose(runs["graphed"][0]["model"][key], value, rtol=1e-3,
-                                   atol=1e-5, err_msg=key)
+        np.testing.assert_allclose(runs["graphed"][0]["model"][key].numpy(), value.numpy(),
+                                   rtol=1e-3, atol=1e-5, err_msg=key)
 
 
 def gpu_device(kind: str):

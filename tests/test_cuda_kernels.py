@@ -116,3 +116,61 @@ def test_the_cuda_namespace_calls_cupy_directly(gpu):
     cupy = gpu.cupy
     assert gpu.xp.matmul is cupy.matmul
     _same_as_compat(gpu.xp, compat, cupy, cupy.asarray)
+
+
+#: needle's raw CUDA kernels: module of needle.backends -> (its source's name, its entries)
+RAW_KERNELS = {
+    "cross_entropy": ("XENT_SOURCE", ("xent_rows",)),
+    "index_add": ("SEGMENT_SOURCE", ("segment_sum",)),
+    "normalize": ("SOURCE", ("norm_rows", "norm_cols", "norm_grad_rows", "norm_grad_cols")),
+    "softmax": ("SOURCE", ("softmax_rows", "softmax_grad_rows")),
+    "sums": ("SUM_SOURCE", ("sum_rows", "sum_cols")),
+}
+
+
+def _raw_sources():
+    import importlib
+
+    for module, (name, entries) in RAW_KERNELS.items():
+        yield module, getattr(importlib.import_module(f"needle.backends.{module}"), name), entries
+
+
+def test_every_raw_kernel_is_listed_and_gets_its_element_type(monkeypatch):
+    """(no GPU needed) every backends module that launches a raw kernel is in RAW_KERNELS,
+    each entry is defined in its source, and raw_kernel compiles the source with T defined:
+    the source is never %-formatted (softmax's `r % tr` once made that fail on the GPU)."""
+    import importlib
+    from pathlib import Path
+
+    cuda = importlib.import_module("needle.backends.cuda")  # (ndl.backends.cuda: the device)
+    here = Path(cuda.__file__).parent
+    launching = {p.stem for p in here.glob("*.py") if "raw_kernel(" in p.read_text()}
+    assert launching - {"cuda"} == set(RAW_KERNELS)
+
+    class Fake(cuda.CUDADevice):
+        cupy = type("cupy", (), {"RawKernel": staticmethod(lambda source, entry: (source,
+                                                                                  entry))})
+    monkeypatch.setattr(cuda, "_KERNELS", {})
+    for module, source, entries in _raw_sources():
+        for entry in entries:
+            assert f'extern "C" __global__ void {entry}(' in source, (module, entry)
+            for dtype, ctype in (("float32", "float"), ("float64", "double")):
+                compiled, named = Fake().raw_kernel(entry, source, entry, dtype)
+                assert compiled == f"typedef {ctype} T;\n{source}" and named == entry
+    assert len(cuda._KERNELS) == 2 * sum(len(e) for _, e in RAW_KERNELS.values())
+
+
+def test_every_raw_kernel_compiles_for_hopper():
+    """NVRTC (cupy's, no GPU needed) compiles every raw kernel for float and double."""
+    nvrtc = pytest.importorskip("cupy_backends.cuda.libs.nvrtc",
+                                reason="cupy's NVRTC is not installed")
+    from needle.backends.cuda import typed_source
+
+    for module, source, _ in _raw_sources():
+        for dtype in ("float32", "float64"):
+            program = nvrtc.createProgram(typed_source(source, dtype), f"{module}.cu", [], [])
+            try:
+                nvrtc.compileProgram(program, ["--gpu-architecture=compute_90"])
+            except Exception as e:
+                log = nvrtc.getProgramLog(program)
+                pytest.fail(f"{module} ({dtype}) does not compile: {e}\n{log}")
