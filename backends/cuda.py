@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import types
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -14,9 +14,13 @@ INSTALL_HINT = ("install the GPU extra for your CUDA version (nvidia-smi's \"CUD
                 "`pip install needle[cuda12]` or `pip install needle[cuda13]`")
 
 
-def direct_namespace(compat: Any, lib: Any) -> types.ModuleType:
+def direct_namespace(compat: Any, lib: Any,
+                     capturing: Callable[[], bool] = lambda: False) -> types.ModuleType:
     """`compat` (array_api_compat.cupy) with `reshape` (no copy asked), `permute_dims`,
-    `matrix_transpose` and `matmul` calling the library (`lib`: cupy) directly.
+    `matrix_transpose` and `matmul` calling the library (`lib`: cupy) directly, and `stack`
+    and `concat` made by one copy per array while `capturing()` (a CUDA graph is captured:
+    cupy's own joins of many arrays copy a table of pointers from the host, which a capture
+    refuses).
 
     compat routes each through two Python wrappers of its own (`get_xp`'s and a generic
     alias: a few us a call; a ResNet9 step on an H100 made about 270 such calls, 145 of them
@@ -36,9 +40,58 @@ def direct_namespace(compat: Any, lib: Any) -> types.ModuleType:
     def matrix_transpose(x, /):
         return x.swapaxes(-1, -2) if x.ndim >= 2 else compat_matrix_transpose(x)  # its error
 
+    compat_stack, compat_concat = compat.stack, compat.concat
+
+    def stack(arrays, /, *, axis=0):
+        if not capturing():
+            return compat_stack(arrays, axis=axis)
+        arrays = list(arrays)
+        _same_shapes("stack", arrays, None)
+        axis = _axis(axis, arrays[0].ndim + 1)
+        return _joined(lib, [lib.expand_dims(a, axis) for a in arrays], axis)
+
+    def concat(arrays, /, *, axis=0):
+        if not capturing():
+            return compat_concat(arrays, axis=axis)
+        arrays = list(arrays)
+        if axis is None:
+            arrays, axis = [a.reshape(-1) for a in arrays], 0
+        axis = _axis(axis, arrays[0].ndim)
+        _same_shapes("concat", arrays, axis)
+        return _joined(lib, arrays, axis)
+
     ns.reshape, ns.permute_dims, ns.matrix_transpose = reshape, permute_dims, matrix_transpose
-    ns.matmul = lib.matmul
+    ns.matmul, ns.stack, ns.concat = lib.matmul, stack, concat
     return ns
+
+
+def _axis(axis: int, ndim: int) -> int:
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"axis {axis} is out of bounds for a result of {ndim} dimensions")
+    return axis % ndim
+
+
+def _same_shapes(what: str, arrays: list, axis: int | None) -> None:
+    """ValueError unless the arrays' shapes agree (but along `axis`), as cupy's own check."""
+    if not arrays:
+        raise ValueError(f"{what}: needs at least one array")
+    def key(a):
+        return (a.ndim, tuple(n for i, n in enumerate(a.shape) if i != axis))
+    if len({key(a) for a in arrays}) > 1:
+        raise ValueError(f"{what}: the arrays' shapes differ: "
+                         f"{', '.join(str(tuple(a.shape)) for a in arrays)}")
+
+
+def _joined(lib: Any, arrays: list, axis: int) -> Any:
+    """The arrays joined along `axis` by one copy each into a fresh array (no host table)."""
+    shape = list(arrays[0].shape)
+    shape[axis] = sum(a.shape[axis] for a in arrays)
+    out = lib.empty(tuple(shape), dtype=lib.result_type(*arrays))
+    start, before = 0, (slice(None),) * axis
+    for a in arrays:
+        out[before + (slice(start, start + a.shape[axis]),)] = a
+        start += a.shape[axis]
+    return out
 
 
 class CUDADevice(Device):
@@ -67,7 +120,8 @@ class CUDADevice(Device):
         import cupyx
 
         self._cupy, self._cupyx = cupy, cupyx
-        return direct_namespace(compat, cupy), cupy.cuda.Device(self.index)
+        capturing = lambda: self.capture_matmul is not None  # noqa: E731 (set while captured)
+        return direct_namespace(compat, cupy, capturing), cupy.cuda.Device(self.index)
 
     @property
     def cupy(self) -> Any:

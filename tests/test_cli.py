@@ -1137,13 +1137,18 @@ def test_the_graphed_step_compiles_only_the_forward_and_backward(monkeypatch):
 
 @pytest.mark.parametrize("kind", ["torch:cuda", "cuda"])
 @pytest.mark.parametrize("model", ["mlp", "lstm"])
-def test_needle_train_with_cuda_graph_on_a_gpu(kind, model, tiny, ptb, tmp_path):
-    """--cuda-graph on a GPU: every step shape captured (no 'replayed without' warning) and
-    the run's losses and weights those of --no-compile to float32 rounding (on cuda the
-    graph's products call cuBLAS directly, which may pick other kernels than cupy)."""
+def test_needle_train_with_cuda_graph_on_a_gpu(kind, model, tiny, ptb, tmp_path, monkeypatch):
+    """--cuda-graph on a GPU: steps captured (at least one graph, no 'replayed without'
+    warning) and the run's losses and weights those of --no-compile to float32 rounding (on
+    cuda the graph's products call cuBLAS directly, which may pick other kernels than cupy)."""
+    import importlib
     import warnings
 
     device = gpu_device(kind)
+    replay = importlib.import_module("needle.compiled.cuda_graph").CudaGraphReplay
+    captured, capture = [], replay.__init__
+    monkeypatch.setattr(replay, "__init__", lambda self, *a: (capture(self, *a),
+                                                               captured.append(1))[0])
     data = ptb if model == "lstm" else tiny
     argv = ["--model", model, "--device", kind, "--data-dir", str(data), "--batch-size",
             "4" if data is ptb else str(BATCH), "--epochs", "2", "--hidden-dim", "8", "--quiet"]
@@ -1152,6 +1157,7 @@ def test_needle_train_with_cuda_graph_on_a_gpu(kind, model, tiny, ptb, tmp_path)
         runs = run_ways(argv, {"graphed": ["--cuda-graph"], "eager": ["--no-compile"]},
                         tmp_path)
     assert not [w for w in caught if "graph" in str(w.message)], device
+    assert captured, "no step was captured"
     for a, b in zip(runs["graphed"][1], runs["eager"][1]):
         for key in ("train_loss", "test_loss"):
             assert math.isclose(float(a[key]), float(b[key]), rel_tol=1e-4), (key, a, b)

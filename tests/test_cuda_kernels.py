@@ -110,6 +110,65 @@ def test_the_cuda_namespace_calls_the_library_directly_on_numpy():
     _same_as_compat(ns, compat, np, np.asarray)
 
 
+@pytest.mark.parametrize("lib", ["numpy", "cupy"])
+def test_the_cuda_namespace_joins_arrays_without_a_host_table_while_capturing(lib):
+    """While a CUDA graph is captured, stack and concat copy each array into the result
+    (cupy's own joins of many arrays copy a table of pointers from the host, which the
+    capture refuses: the LSTM step's stack of its 40 outputs was never captured): the same
+    arrays as compat's, and compat's errors. numpy stands in for cupy on the cpu."""
+    if lib == "numpy":
+        import array_api_compat.numpy as compat
+
+        from needle.backends.cuda import direct_namespace
+
+        module, flag = np, [True]
+        ns = direct_namespace(compat, np, lambda: flag[0])
+    else:
+        device = ndl.cuda()
+        if not device.enabled():
+            pytest.skip(device.unavailable_reason())
+        import array_api_compat.cupy as compat
+
+        module, ns, flag = device.cupy, device.xp, None
+    rng = np.random.default_rng(0)
+    parts = [module.asarray(rng.standard_normal((3, 4)), dtype=module.float32)
+             for _ in range(9)]
+    uneven = [module.asarray(rng.standard_normal((3, k))) for k in (1, 4, 2, 5, 3, 1)]
+
+    def joins():
+        return [ns.stack(parts), ns.stack(parts, axis=-1), ns.stack(parts, axis=1),
+                ns.concat(parts), ns.concat(uneven, axis=1), ns.concat(uneven, axis=-1),
+                ns.concat(parts, axis=None), ns.concat([parts[0], uneven[1]])]
+
+    def expected():
+        return [compat.stack(parts), compat.stack(parts, axis=-1), compat.stack(parts, axis=1),
+                compat.concat(parts), compat.concat(uneven, axis=1),
+                compat.concat(uneven, axis=-1), compat.concat(parts, axis=None),
+                compat.concat([parts[0], uneven[1]])]
+    if flag is None:  # on the GPU: the device's own flag, as a capture sets it
+        device.capture_matmul = object()
+        try:
+            got = joins()
+            for bad in ([parts[0], uneven[0]], []):
+                with pytest.raises(ValueError):
+                    ns.stack(bad)
+        finally:
+            device.capture_matmul = None
+    else:
+        got = joins()
+        for bad in ([parts[0], uneven[0]], []):
+            with pytest.raises(ValueError):
+                ns.stack(bad)
+        with pytest.raises(ValueError):
+            ns.concat(parts, axis=2)
+        flag[0] = False
+        assert ns.stack(parts).shape == (9, 3, 4)  # (compat's, not captured)
+    for a, b in zip(got, expected(), strict=True):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(module.asnumpy(a) if lib == "cupy" else a,
+                                      module.asnumpy(b) if lib == "cupy" else b)
+
+
 def test_the_cuda_namespace_calls_cupy_directly(gpu):
     import array_api_compat.cupy as compat
 
