@@ -2,7 +2,8 @@
 NORMALIZE_GRAD): PyTorch's one-pass `var_mean` and `mean` reductions and a fused
 multiply-add, five ops forward and five backward where the portable rule makes ten and nine
 (on a GPU, each a launch). The sums run in PyTorch's order, not the reference's: float32
-results agree to a few ulps (tests/test_kernels.py: 1e-5 relative)."""
+results agree to a few ulps (tests/test_kernels.py: 1e-5 relative). BatchNorm's two running
+statistics are updated by foreach ops, to the bit."""
 
 from __future__ import annotations
 
@@ -29,3 +30,15 @@ def normalize_grad_torch(g: Any, y: Any, s: Any, axes: tuple[int, ...]) -> Any:
     out = torch.addcmul(centered, y, torch.mean(g * y, dim=axes, keepdim=True), value=-1)
     out *= s
     return out
+
+
+def moving_averages_torch(old_mean: Any, old_var: Any, batch_mean: Any, batch_var: Any,
+                          m: float) -> Any:
+    """(old * (1 - m) + batch * m) for the running mean and variance: two foreach products
+    and a foreach sum, the reference's three roundings (other dtypes: the reference)."""
+    olds, batches = [old_mean, old_var], [batch_mean, batch_var]
+    if any(b.dtype != o.dtype or b.numel() != o.numel() for o, b in zip(olds, batches)):
+        return NotImplemented
+    new = torch._foreach_mul(olds, 1.0 - m)
+    torch._foreach_add_(new, torch._foreach_mul([b.reshape(-1) for b in batches], m))
+    return tuple(new)

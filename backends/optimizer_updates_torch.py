@@ -74,3 +74,56 @@ def sgd_torch(param: Any, grad: Any, u: Any, *, lr: float, momentum: float,
         g = u
     param -= torch.mul(g, lr)
     return param, (u if momentum else None)
+
+
+# ----- many tensors at once: foreach ops (a GPU launches one kernel per pass for the list) --
+def _decayed_many(params: list, grads: list, weight_decay: float) -> list:
+    """grad + wd param per tensor (the grads themselves without decay: never written)."""
+    if not weight_decay:
+        return list(grads)
+    g = torch._foreach_mul(params, weight_decay)
+    torch._foreach_add_(g, grads)
+    return g
+
+
+def adam_many_torch(params: list, grads: list, ms: list, vs: list, *, lr_t: float,
+                    beta1: float, beta2: float, eps_t: float,
+                    weight_decay: float) -> list[tuple[Any, Any, Any]]:
+    """adam_torch on every tensor of the lists, pass by pass: the same roundings."""
+    params = [_own(p) for p in params]
+    ms = [_state(m, p) for m, p in zip(ms, params)]
+    vs = [_state(v, p) for v, p in zip(vs, params)]
+    g = _decayed_many(params, grads, weight_decay)
+    u = torch._foreach_mul(g, 1 - beta1)  # m = g (1 - b1) + m b1
+    torch._foreach_mul_(ms, beta1)
+    torch._foreach_add_(ms, u)
+    u = torch._foreach_mul(g, g)  # v = g g (1 - b2) + v b2
+    torch._foreach_mul_(u, 1 - beta2)
+    torch._foreach_mul_(vs, beta2)
+    torch._foreach_add_(vs, u)
+    denom = torch._foreach_sqrt(vs)  # sqrt(v) + eps_t
+    torch._foreach_add_(denom, eps_t)
+    t = torch._foreach_mul(ms, lr_t)  # update = m lr_t / denominator
+    torch._foreach_div_(t, denom)
+    torch._foreach_sub_(params, t)
+    return list(zip(params, ms, vs))
+
+
+def sgd_many_torch(params: list, grads: list, us: list, *, lr: float, momentum: float,
+                   weight_decay: float) -> list[tuple[Any, Any]]:
+    """sgd_torch on every tensor of the lists, pass by pass: the same roundings."""
+    if momentum and len({u is None for u in us}) > 1:
+        return NotImplemented  # some have momentum state and some not: one by one
+    params = [_own(p) for p in params]
+    g = _decayed_many(params, grads, weight_decay)
+    if momentum:
+        step = torch._foreach_mul(g, 1 - momentum)
+        if us[0] is None:
+            us = step  # momentum * 0 + (1 - momentum) g is exactly (1 - momentum) g
+        else:
+            us = [_own(u) for u in us]
+            torch._foreach_mul_(us, momentum)
+            torch._foreach_add_(us, step)
+        g = us
+    torch._foreach_sub_(params, torch._foreach_mul(g, lr))
+    return list(zip(params, us if momentum else [None] * len(params)))

@@ -9,12 +9,13 @@ saying "none here". A fast version is imported the first time its kind calls the
 runs, so a call costs one dict lookup.
 
 The calling convention is the reference's, and the first argument is an array of the device
-the kernel runs on. A fast version takes every call its reference takes (or returns
-NotImplemented for one it leaves to the reference: a layout or dtype it has no kernel for)
-and returns the same numbers (to the bit where it computes in the same order:
-tests/test_kernels.py checks every registered pair). A kernel that updates arrays returns
-them: a fast version may return the very arrays it was given, updated in place, so a caller
-uses the result either way and hands over only arrays nobody else holds.
+the kernel runs on (or a list of them: a multi-tensor kernel). A fast version takes every
+call its reference takes (or returns NotImplemented for one it leaves to the reference: a
+layout or dtype it has no kernel for) and returns the same numbers (to the bit where it
+computes in the same order: tests/test_kernels.py checks every registered pair). A kernel
+that updates arrays returns them: a fast version may return the very arrays it was given,
+updated in place, so a caller uses the result either way and hands over only arrays nobody
+else holds.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class Kernel:
         return f"Kernel({self.name!r}, fast for {sorted(self.fast)})"
 
     def __call__(self, a: Any, *args: Any, **kwargs: Any) -> Any:
-        run = self._by_type.get(a.__class__)
+        run = self._by_type.get(a.__class__ if a.__class__ is not list else a[0].__class__)
         if run is None:
             run = self.on(a)
         out = run(a, *args, **kwargs)
@@ -60,7 +61,10 @@ class Kernel:
 
     def on(self, a: Any) -> Callable[..., Any]:
         """The function this kernel runs for arrays like `a` (to bind once in a loop; for a
-        kernel whose fast versions take every call, never returning NotImplemented)."""
+        kernel whose fast versions take every call, never returning NotImplemented); a list
+        of arrays dispatches on its first."""
+        if a.__class__ is list:
+            a = a[0]
         run = self._by_type.get(a.__class__)
         if run is None:
             run = self._by_type[a.__class__] = self.implementation(device_of(a).kind)

@@ -120,6 +120,43 @@ def sgd_cases(device, rng):
     return cases
 
 
+def _lists(device, rng, dtype, count):
+    """`count` lists of three arrays each, of three shapes (the big one first)."""
+    lists = [[] for _ in range(count)]
+    for shape in (BIG, (7, 5), (13,)):
+        for items in lists:
+            items.append(device.asarray(np.abs(rng.standard_normal(shape)), dtype=dtype))
+    return lists
+
+
+def adam_many_cases(device, rng):
+    """Three tensors at once (float32, float64; without and with state): rtol 0."""
+    cases = []
+    for dtype in ("float32", "float64"):
+        for wd, state in ((0.0, False), (0.05, True)):
+            ps, gs, ms, vs = _lists(device, rng, dtype, 4)
+            if not state:
+                ms = vs = [None] * 3
+            hyper = {"lr_t": 0.01, "beta1": 0.8, "beta2": 0.95, "eps_t": 1e-6,
+                     "weight_decay": wd}
+            cases.append(((ps, gs, ms, vs), hyper, 0))
+    return cases
+
+
+def sgd_many_cases(device, rng):
+    """Three tensors at once, with and without momentum and its state, and with the state of
+    some only (which a fast version may leave to the reference): rtol 0."""
+    cases = []
+    for dtype in ("float32", "float64"):
+        for momentum, wd, state in ((0.0, 0.0, False), (0.9, 0.01, False), (0.5, 0.01, True),
+                                    (0.5, 0.0, "some")):
+            ps, gs, us = _lists(device, rng, dtype, 3)
+            us = (us if state is True else [None] * 3 if not state else [us[0], None, us[2]])
+            hyper = {"lr": 0.1, "momentum": momentum, "weight_decay": wd}
+            cases.append(((ps, gs, us), hyper, 0))
+    return cases
+
+
 # (shape, axes): rows (the last axes), columns (the first), and a layout the fast versions
 # hand to the reference; sizes that leave a block's threads idle and need several blocks
 NORM_LAYOUTS = [((6, 5), (1,)), ((6, 5), (0,)), ((3, 4, 37), (2,)), ((300, 70), (0,)),
@@ -173,6 +210,17 @@ def moving_average_cases(device, rng):
     return [((*arrays((70,), (1, 70)), 0.1), {}, 0),
             ((*arrays((5,), (1, 5), dtype="float64"), 0.3), {}, 0),
             ((*arrays((5,)), *arrays((1, 5), dtype="float64"), 0.1), {}, 0)]  # promoted
+
+
+def moving_averages_cases(device, rng):
+    """Both statistics at once (float32, float64), and the mixed dtypes a fast version leaves
+    to the reference: rtol 0."""
+    def arrays(*shapes, dtype="float32"):
+        return [device.asarray(rng.standard_normal(s), dtype=dtype) for s in shapes]
+
+    return [((*arrays((70,), (70,), (1, 70), (1, 70)), 0.1), {}, 0),
+            ((*arrays((5,), (5,), (1, 5), (1, 5), dtype="float64"), 0.3), {}, 0),
+            ((*arrays((5,), (5,)), *arrays((1, 5), (1, 5), dtype="float64"), 0.1), {}, 0)]
 
 
 def matmul_cases(device, rng):
@@ -345,9 +393,10 @@ def sum_cases(device, rng):
 CASES = {"im2col": im2col_cases, "index_add": index_add_cases,
          "softmax_xent": softmax_xent_cases, "softmax_xent_grad": softmax_xent_grad_cases,
          "add_to_fresh": add_to_fresh_cases, "add_n": add_n_cases, "adam": adam_cases,
-         "sgd": sgd_cases,
+         "sgd": sgd_cases, "adam_many": adam_many_cases, "sgd_many": sgd_many_cases,
          "normalize": normalize_cases, "normalize_grad": normalize_grad_cases,
          "dropout": dropout_cases, "moving_average": moving_average_cases,
+         "moving_averages": moving_averages_cases,
          "matmul": matmul_cases, "lstm_state": lstm_state_cases,
          "lstm_output": lstm_output_cases, "lstm_state_grad": lstm_state_grad_cases,
          "lstm_output_grad": lstm_output_grad_cases, "col2im": col2im_cases,
@@ -359,9 +408,14 @@ CASES = {"im2col": im2col_cases, "index_add": index_add_cases,
 COMPARED = {"conv": lambda result: result[0]}
 
 
+def _as_tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
 def on_host(device, result):
-    if isinstance(result, tuple):
-        return tuple(on_host(device, r) for r in result)
+    """The result's arrays as numpy arrays, a tuple (nested tuples and lists: flattened)."""
+    if isinstance(result, (tuple, list)):
+        return tuple(a for r in result for a in _as_tuple(on_host(device, r)))
     return None if result is None else device.to_numpy(device.asarray(result))
 
 

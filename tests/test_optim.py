@@ -201,15 +201,25 @@ RULES = {
 
 
 def spy_updates(opt) -> list[int]:
-    """Record the size of the array each update gets (one per group), whether the device's
-    kernel updates in place (cpu) or not."""
-    sizes, update = [], opt._update
+    """Record the size of the array each update gets (one per flat group, one per big
+    parameter, those handed over together by `_update_many`), whether the device's kernel
+    updates in place (cpu) or not."""
+    sizes, update, update_many, inside = [], opt._update, opt._update_many, []
 
     def recording(param, grad, state):
-        sizes.append(int(np.prod(param.shape)))
+        if not inside:
+            sizes.append(int(np.prod(param.shape)))
         return update(param, grad, state)
 
-    opt._update = recording
+    def recording_many(params, grads, states):
+        sizes.extend(int(np.prod(p.shape)) for p in params)
+        inside.append(1)
+        try:
+            return update_many(params, grads, states)
+        finally:
+            inside.pop()
+
+    opt._update, opt._update_many = recording, recording_many
     return sizes
 
 
@@ -226,6 +236,26 @@ def test_big_parameters_are_updated_alone_and_match_numpy(rule, shapes, device):
     small = sum(int(np.prod(s)) for s in shapes if s != BIG)
     assert sizes == ([int(np.prod(BIG))] + ([small] if small else [])) * 4
     for p, ref in zip(params, reference(start, 4)):
+        np.testing.assert_allclose(p.numpy(), ref, rtol=1e-12, atol=1e-14)
+    for name in opt.state_names:
+        assert [opt.state[i][name].shape for i in range(len(params))] == shapes
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_the_big_parameters_of_a_device_are_updated_in_one_call(rule, device):
+    """Two big parameters of one device and dtype are handed to one _update_many call per
+    step (on torch: foreach ops), the small ones flat together; the numbers are numpy's."""
+    make, reference = RULES[rule]
+    shapes = [BIG, (3, 2), (200, 170), (4,)]
+    params = params_on(device, shapes=shapes)
+    start = [p.numpy() for p in params]
+    opt = make(params)
+    calls, many = [], opt._update_many
+    opt._update_many = lambda ps, gs, ss: (calls.append([int(np.prod(p.shape)) for p in ps]),
+                                           many(ps, gs, ss))[1]
+    run(opt, params, device, steps=3)
+    assert calls == [[int(np.prod(BIG)), 200 * 170]] * 3
+    for p, ref in zip(params, reference(start, 3)):
         np.testing.assert_allclose(p.numpy(), ref, rtol=1e-12, atol=1e-14)
     for name in opt.state_names:
         assert [opt.state[i][name].shape for i in range(len(params))] == shapes

@@ -28,10 +28,21 @@ MOVING_AVERAGE = Kernel("moving_average", moving_average_portable,
                         fast={"cuda": "needle.backends.normalize:moving_average_cuda"})
 
 
+def moving_averages_portable(old_mean, old_var, batch_mean, batch_var, m: float):
+    """(running mean, running var) each updated by MOVING_AVERAGE."""
+    return MOVING_AVERAGE(old_mean, batch_mean, m), MOVING_AVERAGE(old_var, batch_var, m)
+
+
+#: both running statistics at once: on torch two foreach products and a foreach sum (three
+#: launches on a GPU, the same roundings) instead of six ops
+MOVING_AVERAGES = Kernel("moving_averages", moving_averages_portable,
+                         fast={"torch": "needle.backends.normalize_torch:moving_averages_torch"})
+
+
 @array_function
-def _moving_average(old, batch, m: float):
-    """The running statistic's update (see moving_average_portable)."""
-    return MOVING_AVERAGE(old, batch, m)
+def _moving_averages(old_mean, old_var, batch_mean, batch_var, m: float):
+    """The running statistics' update (see moving_average_portable)."""
+    return MOVING_AVERAGES(old_mean, old_var, batch_mean, batch_var, m)
 
 
 class BatchNorm1d(Module):
@@ -84,8 +95,8 @@ class BatchNorm1d(Module):
         `mean` and `var` (biased, as in the course) are the batch statistics that the
         Normalize op computed, of shape (1, dim).
         """
-        for buf, batch in ((self.running_mean, mean), (self.running_var, var)):
-            buf._array = _moving_average(buf, batch, self.momentum)
+        self.running_mean._array, self.running_var._array = _moving_averages(
+            self.running_mean, self.running_var, mean, var, self.momentum)
         mark_modified(self.running_mean, self.running_var)
 
     def extra_repr(self) -> str:

@@ -22,7 +22,8 @@ def dropout_portable(x: Any, draws: Any, keep: float) -> Any:
 
 
 DROPOUT = Kernel("dropout", dropout_portable,
-                 fast={"cuda": "needle.backends.dropout:dropout_cuda"})
+                 fast={"cuda": "needle.backends.dropout:dropout_cuda",
+                       "torch": "needle.backends.dropout_torch:dropout_torch"})
 
 
 class DropoutMask(TensorOp):

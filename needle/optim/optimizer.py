@@ -97,57 +97,73 @@ class Optimizer:
         Small parameters sharing a device and dtype are updated together: their gradients are
         concatenated into one flat array, the update rule runs once on it (a few whole-array
         passes instead of a few per parameter), and each parameter gets its slice back.
-        Parameters above `flat_max_size` elements are updated one by one: for them the
-        per-call cost is negligible and a copy into a flat buffer would not be. Updates run
+        Parameters above `flat_max_size` elements keep their own arrays (a copy into a flat
+        buffer would cost more than the per-call overhead saved); those sharing a device and
+        dtype are handed to the rule together (`_update_many`: on torch, foreach ops, one
+        launch per pass for all of them on a GPU). Updates run
         on arrays the optimizer owns (a parameter's array is copied once, when the optimizer
         first meets it): where the device has in-place kernels (cpu, cuda), in place, with
         the same numbers as the portable rule.
         """
         self.t += 1
         groups: dict[tuple, list[int]] = {}
-        big: list[int] = []
+        big: dict[tuple, list[int]] = {}
         for i, p in enumerate(self.params):
             if p.grad is not None:
                 data = p._realize()
-                if math.prod(data.shape) > self.flat_max_size:  # big: its own passes
-                    big.append(i)
-                else:
-                    groups.setdefault((p.device, data.dtype), []).append(i)
+                # big: its own arrays (updated with the other big ones of its device and dtype)
+                by_size = big if math.prod(data.shape) > self.flat_max_size else groups
+                by_size.setdefault((p.device, data.dtype), []).append(i)
         # every parameter about to change gets a new version: backward() through a graph
         # built before this step raises instead of differentiating with the new values
-        mark_modified(*(self.params[i] for i in big),
-                      *(self.params[i] for indices in groups.values() for i in indices))
-        for i in big:
-            self._step_group([i])
+        mark_modified(*(self.params[i] for by_size in (big, groups)
+                        for indices in by_size.values() for i in indices))
+        for indices in big.values():
+            self._step_big(indices)
         for key, indices in groups.items():
             self._step_group(indices, key)
 
-    def _step_group(self, indices: list[int], key: tuple | None = None) -> None:
-        """Update the parameters `indices`: one by one, or as one flat array (group `key`)."""
-        params = [self.params[i] for i in indices]
-        device = params[0].device
-        xp = device.xp
+    def _grads(self, params: list[Tensor]) -> list[Any]:
+        """The parameters' gradient arrays, each in its parameter's dtype."""
+        xp = params[0].device.xp
         grads = []
         for p in params:
             g = p.grad._realize()
             if g.dtype != p._array.dtype:  # e.g. a float64 gradient of a float32 param
                 g = xp.astype(g, p._array.dtype)
             grads.append(g)
-        if len(params) == 1:
-            i = indices[0]
-            self._flat.pop(key, None)  # a group of one has no flat arrays to keep
-            p = params[0]
+        return grads
+
+    def _step_big(self, indices: list[int]) -> None:
+        """Update the big parameters `indices` (one device and dtype), each on its own arrays,
+        in one `_update_many` call."""
+        params = [self.params[i] for i in indices]
+        xp = params[0].device.xp
+        grads = self._grads(params)
+        datas = []
+        for i, p in zip(indices, params):
             # the update may be made in place (a device's kernel): on an array of the
             # optimizer's own, a copy the first time (or after the parameter's data was
             # replaced), so no array anyone else holds changes
             data = p._array
             if self._owned.get(i) is not data:
                 data = xp.asarray(data, copy=True)
-            p._array, state = self._update(data, grads[0], self.state.get(i, {}))
-            self._owned[i] = p._array  # the update's result (or `data`, updated in place)
+            datas.append(data)
+        updated = self._update_many(datas, grads, [self.state.get(i, {}) for i in indices])
+        for i, p, (data, state) in zip(indices, params, updated):
+            p._array = self._owned[i] = data  # the result (or the array, updated in place)
             if state:
                 self.state[i] = state
-            return
+
+    def _step_group(self, indices: list[int], key: tuple | None = None) -> None:
+        """Update the small parameters `indices` as one flat array (group `key`; a group of
+        one on its own arrays)."""
+        params = [self.params[i] for i in indices]
+        xp = params[0].device.xp
+        if len(params) == 1:
+            self._flat.pop(key, None)  # a group of one has no flat arrays to keep
+            return self._step_big(indices)
+        grads = self._grads(params)
         shapes = [p._array.shape for p in params]
         cache = self._flat.get(key)
         flat_p = self._flat_params(indices, params, xp, cache)  # cached, or a fresh concat
@@ -202,6 +218,12 @@ class Optimizer:
         them and return them (a device's in-place kernel) or return new arrays.
         """
         raise NotImplementedError
+
+    def _update_many(self, params: list[Any], grads: list[Any],
+                     states: list[dict]) -> list[tuple[Any, dict]]:
+        """`_update` of each parameter (the same arrays); a rule with a multi-tensor kernel
+        makes all of them in one call."""
+        return [self._update(p, g, s) for p, g, s in zip(params, grads, states)]
 
     @replayed
     def reset_grad(self) -> None:
