@@ -77,6 +77,9 @@ def sgd_torch(param: Any, grad: Any, u: Any, *, lr: float, momentum: float,
 
 
 # ----- many tensors at once: foreach ops (a GPU launches one kernel per pass for the list) --
+# On the cpu a launch costs little and a fresh array (page faults) much, so there the lists
+# go to the reference, adam_torch / sgd_torch per tensor; the foreach versions are tested on
+# the cpu directly (tests/test_kernels.py) and through the kernels on a GPU.
 def _decayed_many(params: list, grads: list, weight_decay: float) -> list:
     """grad + wd param per tensor (the grads themselves without decay: never written)."""
     if not weight_decay:
@@ -89,6 +92,16 @@ def _decayed_many(params: list, grads: list, weight_decay: float) -> list:
 def adam_many_torch(params: list, grads: list, ms: list, vs: list, *, lr_t: float,
                     beta1: float, beta2: float, eps_t: float,
                     weight_decay: float) -> list[tuple[Any, Any, Any]]:
+    """adam_foreach on a GPU (the reference's loop of adam_torch on the cpu)."""
+    if not params[0].is_cuda:
+        return NotImplemented
+    return adam_foreach(params, grads, ms, vs, lr_t=lr_t, beta1=beta1, beta2=beta2,
+                        eps_t=eps_t, weight_decay=weight_decay)
+
+
+def adam_foreach(params: list, grads: list, ms: list, vs: list, *, lr_t: float,
+                 beta1: float, beta2: float, eps_t: float,
+                 weight_decay: float) -> list[tuple[Any, Any, Any]]:
     """adam_torch on every tensor of the lists, pass by pass: the same roundings."""
     params = [_own(p) for p in params]
     ms = [_state(m, p) for m, p in zip(ms, params)]
@@ -111,6 +124,14 @@ def adam_many_torch(params: list, grads: list, ms: list, vs: list, *, lr_t: floa
 
 def sgd_many_torch(params: list, grads: list, us: list, *, lr: float, momentum: float,
                    weight_decay: float) -> list[tuple[Any, Any]]:
+    """sgd_foreach on a GPU (the reference's loop of sgd_torch on the cpu)."""
+    if not params[0].is_cuda:
+        return NotImplemented
+    return sgd_foreach(params, grads, us, lr=lr, momentum=momentum, weight_decay=weight_decay)
+
+
+def sgd_foreach(params: list, grads: list, us: list, *, lr: float, momentum: float,
+                weight_decay: float) -> list[tuple[Any, Any]]:
     """sgd_torch on every tensor of the lists, pass by pass: the same roundings."""
     if momentum and len({u is None for u in us}) > 1:
         return NotImplemented  # some have momentum state and some not: one by one

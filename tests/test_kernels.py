@@ -483,6 +483,37 @@ def test_fast_kernel_gives_the_references_numbers(name, device):
                 np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("name", ["adam_many", "sgd_many"])
+def test_the_foreach_updates_give_the_references_numbers_on_the_cpu(name):
+    """adam_foreach and sgd_foreach, which the kernels run on a GPU only (on the cpu a fresh
+    array costs more than a launch, and the lists go to the reference), on torch's cpu: the
+    reference's numbers to the bit (the sgd case of mixed momentum state: NotImplemented)."""
+    device = ndl.backends.torch("cpu")
+    if not device.enabled():
+        pytest.skip(device.unavailable_reason())
+    from needle.backends import optimizer_updates_torch as updates
+
+    kernel = REGISTRY[name]
+    args, kwargs, _ = CASES[name](device, np.random.default_rng(5))[0]
+    assert kernel.implementation("torch")(*args, **kwargs) is NotImplemented  # (the cpu's)
+    foreach = getattr(updates, name.replace("_many", "_foreach"))
+    cases = zip(CASES[name](device, np.random.default_rng(5)),
+                CASES[name](device, np.random.default_rng(5)))
+    for (args, kwargs, _), (ref_args, ref_kwargs, _) in cases:
+        result = foreach(*args, **kwargs)
+        if result is NotImplemented:
+            assert name == "sgd_many" and len({u is None for u in args[2]}) == 2
+            continue
+        got, expected = on_host(device, result), on_host(device, kernel.reference(
+            *ref_args, **ref_kwargs))
+        assert len(got) == len(expected)
+        for a, b in zip(got, expected):
+            assert (a is None) == (b is None)
+            if b is not None:
+                assert a.dtype == b.dtype
+                np.testing.assert_array_equal(a, b)
+
+
 def test_the_segment_sum_is_deterministic(device):
     """Repeated ids summed in a fixed order (cpu: a stable sort and reduceat; cuda: a stable
     sort and a kernel summing each run), not by atomic adds in whatever order a GPU runs
