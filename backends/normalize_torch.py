@@ -1,7 +1,9 @@
 """Normalisation on the torch device (fast versions of needle.ops.norm.NORMALIZE and
-NORMALIZE_GRAD): PyTorch's one-pass `var_mean` and `mean` reductions and a fused
-multiply-add, five ops forward and five backward where the portable rule makes ten and nine
-(on a GPU, each a launch). The sums run in PyTorch's order, not the reference's: float32
+NORMALIZE_GRAD). BatchNorm's layout ((N, C) over axis 0) and LayerNorm's (the last axis):
+PyTorch's own batch and layer norm kernels each way, with `var_mean` for the statistics (two
+ops forward, one or two backward); other layouts: one-pass `var_mean` and `mean` reductions
+and a fused multiply-add, six ops each way, where the portable rule makes ten and nine (on a
+GPU, each op a launch or two). The sums run in PyTorch's order, not the reference's: float32
 results agree to a few ulps (tests/test_kernels.py: 1e-5 relative). BatchNorm's two running
 statistics are updated by foreach ops, to the bit."""
 
@@ -11,21 +13,66 @@ from typing import Any
 
 import torch
 
+#: zeros and ones per (shape, dtype, device): the mean 0 and inverse deviation 1 that make
+#: PyTorch's batch- and layer-norm backward kernels compute P g from y (bounded: cleared at 64)
+_CONSTANTS: dict[tuple, tuple[Any, Any]] = {}
+
+
+def _zeros_ones(shape: tuple[int, ...], like: Any) -> tuple[Any, Any]:
+    key = (shape, like.dtype, like.device)
+    pair = _CONSTANTS.get(key)
+    if pair is None:
+        if len(_CONSTANTS) >= 64:
+            _CONSTANTS.clear()
+        pair = _CONSTANTS[key] = (torch.zeros(shape, dtype=like.dtype, device=like.device),
+                                  torch.ones(shape, dtype=like.dtype, device=like.device))
+    return pair
+
+
+def _layout(x: Any, axes: tuple[int, ...]) -> str:
+    """"batch" for BatchNorm's (N, C) over axis 0, "layer" for the last axis, else ""."""
+    if not x.numel() or x.dtype not in (torch.float32, torch.float64):
+        return ""
+    if x.ndim == 2 and axes == (0,):
+        return "batch"
+    return "layer" if axes == (x.ndim - 1,) else ""
+
 
 def normalize_torch(x: Any, axes: tuple[int, ...], eps: float) -> Any:
     """(y, s, mean, var): x standardised over `axes`, 1 / sqrt(var + eps), the mean and the
-    biased variance (keepdims), as normalize_portable."""
+    biased variance (keepdims), as normalize_portable. BatchNorm's and LayerNorm's layouts:
+    PyTorch's own batch or layer norm for y and s, and var_mean for the statistics."""
     if not (axes and x.dtype.is_floating_point):  # dim=() would be every axis to torch
         return NotImplemented
     var, mean = torch.var_mean(x, dim=axes, correction=0, keepdim=True)
+    layout = _layout(x, axes)
+    if layout == "batch":
+        y, _, s = torch.native_batch_norm(x, None, None, None, None, True, 0.0, eps)
+        return y, s.reshape(1, -1), mean, var
+    if layout == "layer":
+        y, _, s = torch.native_layer_norm(x, [x.shape[-1]], None, None, eps)
+        return y, s, mean, var
     std = torch.sqrt(var + eps)
     return (x - mean) / std, torch.reciprocal(std), mean, var
 
 
 def normalize_grad_torch(g: Any, y: Any, s: Any, axes: tuple[int, ...]) -> Any:
-    """s (g - mean(g) - y mean(g y)) over `axes`, as normalize_grad_portable."""
+    """s (g - mean(g) - y mean(g y)) over `axes`, as normalize_grad_portable. BatchNorm's
+    and LayerNorm's layouts: PyTorch's batch- or layer-norm backward, at input y with mean
+    0 and inverse deviation 1 (so its normalised input is y), scaled by s."""
     if not (axes and g.dtype.is_floating_point and g.dtype == y.dtype == s.dtype):
         return NotImplemented
+    layout = _layout(g, axes) if tuple(y.shape) == tuple(g.shape) else ""
+    if layout == "batch" and tuple(s.shape) == (1, g.shape[1]):
+        zeros, ones = _zeros_ones((g.shape[1],), g)
+        return torch.ops.aten.native_batch_norm_backward(
+            g, y, s.reshape(-1), None, None, zeros, ones, True, 0.0, [True, False, False])[0]
+    if layout == "layer" and tuple(s.shape) == tuple(g.shape[:-1]) + (1,):
+        zeros, ones = _zeros_ones(tuple(s.shape), g)
+        out = torch.ops.aten.native_layer_norm_backward(
+            g, y, [g.shape[-1]], zeros, ones, None, None, [True, False, False])[0]
+        out *= s
+        return out
     centered = g - torch.mean(g, dim=axes, keepdim=True)
     out = torch.addcmul(centered, y, torch.mean(g * y, dim=axes, keepdim=True), value=-1)
     out *= s
