@@ -11,9 +11,13 @@ default) and with its forward and backward captured as one CUDA graph (`cuda_gra
 the optimizer steps outside, eagerly; where a capture fails, a warning says why and that
 column is the ordinary replay). Every
 step is closed by a device synchronisation; the figure is the median of `--steps` timed steps
-after `--warmup` untimed ones. Ratios are to PyTorch on the same GPU.
+after `--warmup` untimed ones. A row's steps are all made first and then timed in `--rounds`
+rounds that take turns (each round times its share of the steps of every framework), so a
+slow stretch of the shared host falls on every column alike. Ratios are to PyTorch on the
+same GPU.
 
-    python benchmarks/gpu.py [--steps 20] [--only mlp_h1024_b100,lstm_epoch] [--no-cpu-epoch]
+    python benchmarks/gpu.py [--steps 20] [--rounds 4] [--only mlp_h1024_b100,lstm_epoch]
+                             [--no-cpu-epoch]
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the other benchmarks' models
 
-from harness import timed_steps  # noqa: E402
+from harness import interleaved_ms  # noqa: E402
 
 import needle as ndl  # noqa: E402
 
@@ -281,21 +285,38 @@ def available() -> dict[str, str]:
     return reasons
 
 
-def run_one(name: str, framework: str, steps: int, warmup: int) -> float:
+def make_step(name: str, framework: str) -> Callable:
     kind, size, batch = STEPS[name]
     if framework == "pytorch cuda":
-        step = torch_step(kind, size, batch)
-    else:
-        step = needle_step(kind, size, batch, needle_device(framework),
-                           compiled=framework.endswith("compiled"),
-                           graphed=framework.endswith("graphed"))
-    return timed_steps(step, steps, warmup=warmup, sync=sync_of(framework))["ms"]
+        return torch_step(kind, size, batch)
+    return needle_step(kind, size, batch, needle_device(framework),
+                       compiled=framework.endswith("compiled"),
+                       graphed=framework.endswith("graphed"))
+
+
+def run_row(name: str, frameworks: list[str], steps: int, warmup: int,
+            rounds: int) -> dict[str, float | None]:
+    """framework -> median ms of `name`'s step (None where it failed, with a line saying
+    why): every framework's step made first, then timed in rounds that take turns."""
+    made, failed = {}, {}
+    for framework in frameworks:
+        try:
+            made[framework] = (make_step(name, framework), sync_of(framework))
+        except Exception as e:
+            failed[framework] = f"{type(e).__name__}: {e}"
+    ms, errors = interleaved_ms(made, rounds, max(1, math.ceil(steps / rounds)), warmup=warmup)
+    for framework, error in {**failed, **errors}.items():
+        print(f"  {name} on {framework}: {error}", flush=True)
+    return {framework: ms.get(framework) for framework in frameworks}
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=4,
+                   help="the frameworks take turns this many times per row (steps split "
+                   "among them), so a slow stretch of the host falls on all alike")
     p.add_argument("--only", default="", help="comma-separated rows (of "
                    f"{', '.join(STEPS)}, lstm_epoch)")
     p.add_argument("--no-cpu-epoch", action="store_true",
@@ -306,22 +327,15 @@ def main() -> None:
         print(f"benchmarks/gpu.py: no GPU here: {reasons['needle cuda']}")
         return
     only = [n for n in args.only.split(",") if n] or [*STEPS, "lstm_epoch"]
-    print(f"median of {args.steps} steps after {args.warmup}, each closed by a sync; ratio to "
-          "PyTorch CUDA eager on the same GPU")
+    print(f"median of {args.steps} steps after {args.warmup}, each closed by a sync, in "
+          f"{args.rounds} rounds taking turns; ratio to PyTorch CUDA eager on the same GPU")
     print(f"{'step':17s}" + "".join(f"{f:>28s}" for f in FRAMEWORKS))
     for name in only:
         if name == "lstm_epoch":
             continue
-        row: dict[str, Any] = {}
-        for framework in FRAMEWORKS:
-            if reasons[framework]:
-                row[framework] = None
-                continue
-            try:
-                row[framework] = run_one(name, framework, args.steps, args.warmup)
-            except Exception as e:  # a failure is a row entry, not the end of the table
-                print(f"  {name} on {framework}: {type(e).__name__}: {e}", flush=True)
-                row[framework] = None
+        row: dict[str, Any] = dict.fromkeys(FRAMEWORKS)
+        row.update(run_row(name, [f for f in FRAMEWORKS if not reasons[f]], args.steps,
+                           args.warmup, args.rounds))
         base = row.get("pytorch cuda")
         cells = []
         for framework in FRAMEWORKS:

@@ -10,7 +10,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 
 def rss_mb() -> float:
@@ -59,6 +59,39 @@ def timed_steps(step: Callable[[], Any], steps: int, *, warmup: int = 2,
             sync()
         times.append(time.perf_counter() - start)
     return {"ms": 1e3 * statistics.median(times), "peak_mb": peak_rss_mb() - before}
+
+
+def interleaved_ms(steps: Mapping[str, tuple[Callable[[], Any], Callable[[], Any] | None]],
+                   rounds: int, per_round: int, *, warmup: int = 2,
+                   ) -> tuple[dict[str, float], dict[str, str]]:
+    """Median ms per step of each named (step, sync), timed in `rounds` rounds that take turns:
+    each round times `per_round` calls of every step in turn, each closed by its sync. A slow
+    stretch of a shared host then falls on all of them alike instead of on whichever ran
+    during it. A step that raises is dropped: (medians, name -> its error)."""
+    errors: dict[str, str] = {}
+    times: dict[str, list[float]] = {name: [] for name in steps}
+
+    def call(name: str, count: int, timed: bool) -> None:
+        step, sync = steps[name]
+        try:
+            for _ in range(count):
+                start = time.perf_counter()
+                step()
+                if sync is not None:
+                    sync()
+                if timed:
+                    times[name].append(time.perf_counter() - start)
+        except Exception as e:  # a failure is the step's entry, not the end of the table
+            errors[name] = f"{type(e).__name__}: {e}"
+
+    for name in steps:
+        call(name, warmup, timed=False)
+    for _ in range(rounds):
+        for name in steps:
+            if name not in errors:
+                call(name, per_round, timed=True)
+    return ({name: 1e3 * statistics.median(t) for name, t in times.items()
+             if name not in errors}, errors)
 
 
 def fresh_process_rounds(script: str, names: list[str], rounds: int,

@@ -1,0 +1,44 @@
+"""The benchmarks' shared timing helpers (benchmarks/harness.py): their logic, not timings."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from harness import interleaved_ms  # noqa: E402
+
+
+def test_interleaved_rounds_take_turns_and_drop_a_failing_step():
+    """Every step warms up, then the rounds take turns (each step `per_round` times, each
+    call closed by its sync); a step that raises is dropped with its error and the others go
+    on: a GPU table keeps its other columns."""
+    calls: list[str] = []
+    count = {"c": 0}
+
+    def failing_on_third():
+        count["c"] += 1
+        calls.append("c")
+        if count["c"] == 3:
+            raise RuntimeError("boom")
+
+    steps = {"a": (lambda: calls.append("a"), None),
+             "b": (lambda: calls.append("b"), lambda: calls.append("sync b")),
+             "c": (failing_on_third, None)}
+    ms, errors = interleaved_ms(steps, rounds=3, per_round=2, warmup=1)
+    b_twice = ["b", "sync b", "b", "sync b"]
+    assert calls == (["a", "b", "sync b", "c"]  # the warm-up
+                     + ["a", "a", *b_twice, "c", "c"]  # round 1: the third call of c raises
+                     + ["a", "a", *b_twice] * 2)  # rounds 2 and 3 without c
+    assert errors == {"c": "RuntimeError: boom"} and set(ms) == {"a", "b"}
+    assert all(v >= 0 for v in ms.values())
+
+
+def test_a_step_failing_in_its_warm_up_is_dropped_before_the_rounds():
+    def broken():
+        raise ValueError("no GPU")
+
+    ms, errors = interleaved_ms({"ok": (lambda: None, None), "broken": (broken, None)},
+                                rounds=2, per_round=1, warmup=1)
+    assert list(ms) == ["ok"] and errors == {"broken": "ValueError: no GPU"}
