@@ -15,6 +15,7 @@ recording is part of the epoch's time).
 
     python benchmarks/mlp_resnet.py --hidden 100
     python benchmarks/mlp_resnet.py --hidden 1024 --examples 20000
+    python benchmarks/mlp_resnet.py --device cuda   # 2 rounds of 10,000 images (the GPU kit's)
 """
 
 from __future__ import annotations
@@ -248,15 +249,24 @@ def epoch_of(which: str, X, y, args) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hidden", type=int, default=100)
-    parser.add_argument("--examples", type=int, default=60_000)
+    parser.add_argument("--examples", type=int, default=None,
+                        help="images per epoch (default 60,000; 10,000 with --device cuda)")
     parser.add_argument("--batch-size", type=int, default=100)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda", "strict"])
-    parser.add_argument("--rounds", type=int, default=5,
-                        help="rounds; each runs one epoch of every framework")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="rounds; each runs one epoch of every framework (default 5; 2 "
+                        "with --device cuda, where each process also starts cupy)")
     parser.add_argument("--one", choices=["pytorch", "numpy", "needle", "needle-nograph",
                                           "needle-compiled"],
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
+    # on a GPU the GPU kit gives this script a minute: fewer, shorter epochs by default
+    gpu = args.device == "cuda"
+    args.examples = args.examples or (10_000 if gpu else 60_000)
+    args.rounds = args.rounds or (2 if gpu else 5)
+    why = ndl.cuda().unavailable_reason() if gpu else ""
+    if why:
+        raise SystemExit(f"benchmarks/mlp_resnet.py: --device cuda: {why}")
     if args.one:
         X, y = make_data(args)
         secs = epoch_of(args.one, X, y, args)
