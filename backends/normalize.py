@@ -20,7 +20,7 @@ from . import device_of
 
 _TYPES = {"float32": "float", "float64": "double"}
 
-#: block reductions, shared with backends/sums.py (T is typedef'd by the user of the text)
+#: block reductions, shared with backends/sums.py (T is defined by CUDADevice.raw_kernel)
 HELPERS = r"""
 // the sum of v over a one-dimensional block whose size is a power of 2 (at most 256)
 __device__ T block_sum(T v, T* buf) {
