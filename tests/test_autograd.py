@@ -434,6 +434,21 @@ def test_second_order_through_matmul_tanh_and_broadcasting(device):
                     rng.standard_normal((2,)), device=device)
 
 
+def test_second_order_through_relu(device):
+    """ReLU's adjoint (ReLUGrad, one kernel) is linear in the output's adjoint: its own
+    gradient is ReLUGrad again, and the input gets none (the mask is piecewise constant)."""
+    rng = np.random.default_rng(6)
+    c = rng.standard_normal((3, 4))
+
+    def grad_dot(x, w):
+        z = x @ w  # the relu's adjoint z^2 is not 0 where z < 0: the mask must apply
+        (ndl.relu(z) * z ** 2).sum().backward()
+        return (x.grad * ndl.Tensor(c, device=device)).sum() + (w.grad ** 2).sum()
+
+    check_gradients(grad_dot, rng.standard_normal((3, 4)), rng.standard_normal((4, 2)),
+                    device=device)
+
+
 def test_split_adjoints_add_element_by_element(device, monkeypatch):
     # each split(x)[t] used once: T tuple adjoints that are zero but for element t. Added
     # tuple by tuple they would cost T^2 additions; the engine picks the T elements instead

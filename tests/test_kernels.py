@@ -203,6 +203,18 @@ def dropout_cases(device, rng):
     return cases
 
 
+def relu_grad_cases(device, rng):
+    """float32 and float64; g holding -0, inf and NaN where a > 0 and where not, a holding
+    0, -0 and NaN (masked); and mixed dtypes a fast version leaves to the reference: rtol 0."""
+    cases = []
+    for gdt, adt in (("float32", "float32"), ("float64", "float64"), ("float32", "float64")):
+        g, a = rng.standard_normal((2, 33, 65)) * 4
+        g[0, :6], a[0, :6] = [-0.0, np.inf, np.nan] * 2, [1, 1, 1, -1, -1, -1]
+        a[1, :3] = [0.0, -0.0, np.nan]
+        cases.append(((device.asarray(g, dtype=gdt), device.asarray(a, dtype=adt)), {}, 0))
+    return cases
+
+
 def moving_average_cases(device, rng):
     def arrays(*shapes, dtype="float32"):
         return [device.asarray(rng.standard_normal(s), dtype=dtype) for s in shapes]
@@ -395,8 +407,8 @@ CASES = {"im2col": im2col_cases, "index_add": index_add_cases,
          "add_to_fresh": add_to_fresh_cases, "add_n": add_n_cases, "adam": adam_cases,
          "sgd": sgd_cases, "adam_many": adam_many_cases, "sgd_many": sgd_many_cases,
          "normalize": normalize_cases, "normalize_grad": normalize_grad_cases,
-         "dropout": dropout_cases, "moving_average": moving_average_cases,
-         "moving_averages": moving_averages_cases,
+         "dropout": dropout_cases, "relu_grad": relu_grad_cases,
+         "moving_average": moving_average_cases, "moving_averages": moving_averages_cases,
          "matmul": matmul_cases, "lstm_state": lstm_state_cases,
          "lstm_output": lstm_output_cases, "lstm_state_grad": lstm_state_grad_cases,
          "lstm_output_grad": lstm_output_grad_cases, "col2im": col2im_cases,

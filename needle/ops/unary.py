@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..autograd.graph import array_function, array_of
-from ..autograd.tensor import Tensor, TensorOp, constant_like
+from ..autograd.tensor import Tensor, TensorOp
 from ..backends import namespace
+from ..kernels import Kernel
 from .dtypes import floating_only
 
 
@@ -45,14 +45,31 @@ class ReLU(TensorOp):
         return namespace(a).maximum(a, 0)
 
     def gradient(self, out_grad, node):
-        mask = _positive(array_of(node.inputs[0]))  # the derivative, a constant
-        return out_grad * constant_like(out_grad, mask)
+        return ReLUGrad()(out_grad, node.inputs[0])
 
 
-@array_function
-def _positive(a):
-    """1 where a > 0, else 0, in a's dtype (ReLU's derivative)."""
-    return namespace(a).astype(a > 0, a.dtype)
+def relu_grad_portable(g, a):
+    """g times ReLU's derivative at a: g * (1 where a > 0, else 0, in a's dtype)."""
+    return g * namespace(a).astype(a > 0, a.dtype)
+
+
+#: one op on torch (the product by the boolean mask) and one kernel on cuda, where the
+#: portable rule makes three: the comparison, its cast and the product
+RELU_GRAD = Kernel("relu_grad", relu_grad_portable,
+                   fast={"cuda": "needle.backends.relu:relu_grad_cuda",
+                         "torch": "needle.backends.relu_torch:relu_grad_torch"})
+
+
+class ReLUGrad(TensorOp):
+    """ReLU's adjoint at its input a for the output's adjoint g: g where a > 0, else 0 * g.
+
+    Linear in g; the derivative in a is 0 almost everywhere, so a gets no adjoint."""
+
+    def compute(self, g, a):
+        return RELU_GRAD(g, a)
+
+    def gradient(self, out_grad, node):
+        return ReLUGrad()(out_grad, node.inputs[1]), None
 
 
 def relu(a: Tensor) -> Tensor:
