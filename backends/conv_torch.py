@@ -4,6 +4,7 @@ the cpu), fast versions of needle.ops.conv's CONV, CONV_INPUT_GRAD and CONV_WEIG
 needle's NHWC arrays and (K, K, C_in, C_out) weights are handed over as NCHW / OIHW views
 (no copies): a contiguous NHWC tensor seen as NCHW is PyTorch's channels_last layout, which
 its convolutions take as it is and answer in, so the result seen as NHWC again is contiguous.
+nn.Conv's NCHW arrays (layout "NCHW") are handed over as they are.
 On a GPU, cuDNN would compute float32 convolutions with TF32 (PyTorch's default for cuDNN,
 about 1e-3 relative error): like cupy's and PyTorch's own matmuls, these run at float32
 precision, the user's setting restored after each call. Mixed dtypes and integer arrays are
@@ -42,40 +43,51 @@ def _floating(*arrays: Any) -> bool:
     return dtype.is_floating_point and all(a is None or a.dtype == dtype for a in arrays)
 
 
+def _nchw(a: torch.Tensor, layout: str) -> torch.Tensor:
+    """`a` seen as NCHW (an NHWC array: a permuted view)."""
+    return a if layout == "NCHW" else a.permute(0, 3, 1, 2)
+
+
+def _from_nchw(a: torch.Tensor, layout: str) -> torch.Tensor:
+    """An NCHW result seen in `layout`."""
+    return a if layout == "NCHW" else a.permute(0, 2, 3, 1)
+
+
 def conv_torch(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, stride: int,
-               padding: int) -> Any:
+               padding: int, layout: str = "NHWC") -> Any:
     """(out, None): one PyTorch convolution, no windows gathered."""
     if not _floating(a, b, bias):
         return NotImplemented
     with _float32_precision(a):
-        out = _convolution(a.permute(0, 3, 1, 2), b.permute(3, 2, 0, 1), bias,
+        out = _convolution(_nchw(a, layout), b.permute(3, 2, 0, 1), bias,
                            [stride, stride], [padding, padding], _ONE, False, _ZERO, 1)
-    return out.permute(0, 2, 3, 1), None
+    return _from_nchw(out, layout), None
 
 
 def conv_input_grad_torch(g: torch.Tensor, b: torch.Tensor, shape: tuple, stride: int,
-                          padding: int) -> Any:
+                          padding: int, layout: str = "NHWC") -> Any:
     """PyTorch's convolution backward for the input alone (as torch.nn.grad.conv2d_input)."""
     if not _floating(g, b):
         return NotImplemented
-    n, h, w, c = shape
+    n, h, w, c = shape if layout == "NHWC" else (shape[0], shape[2], shape[3], shape[1])
     like = g.new_empty(1).expand(n, c, h, w)  # the input's shape, for the backward to read
     with _float32_precision(g):
-        grad = _convolution_backward(g.permute(0, 3, 1, 2), like, b.permute(3, 2, 0, 1), None,
+        grad = _convolution_backward(_nchw(g, layout), like, b.permute(3, 2, 0, 1), None,
                                      [stride, stride], [padding, padding], _ONE, False, _ZERO,
                                      1, [True, False, False])[0]
-    return grad.permute(0, 2, 3, 1)
+    return _from_nchw(grad, layout)
 
 
 def conv_weight_grad_torch(a: torch.Tensor, g: torch.Tensor, kernel: tuple[int, int],
-                           stride: int, padding: int, cols: Any = None) -> Any:
+                           stride: int, padding: int, cols: Any = None,
+                           layout: str = "NHWC") -> Any:
     """PyTorch's convolution backward for the weights alone (as conv2d_weight); `cols` is
     the reference's, and never given here (conv_torch gathers no windows)."""
     if not _floating(a, g):
         return NotImplemented
-    like = g.new_empty(1).expand(g.shape[3], a.shape[3], kernel[0], kernel[1])
+    a, g = _nchw(a, layout), _nchw(g, layout)
+    like = g.new_empty(1).expand(g.shape[1], a.shape[1], kernel[0], kernel[1])
     with _float32_precision(g):
-        grad = _convolution_backward(g.permute(0, 3, 1, 2), a.permute(0, 3, 1, 2), like, None,
-                                     [stride, stride], [padding, padding], _ONE, False, _ZERO,
-                                     1, [False, True, False])[1]
+        grad = _convolution_backward(g, a, like, None, [stride, stride], [padding, padding],
+                                     _ONE, False, _ZERO, 1, [False, True, False])[1]
     return grad.permute(2, 3, 1, 0)

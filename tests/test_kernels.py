@@ -316,31 +316,49 @@ def conv_inputs(device, rng):
     return out
 
 
+def _nchw(device, a):
+    """The NHWC array `a` as a contiguous NCHW one (what a caller of layout "NCHW" holds)."""
+    xp = device.xp
+    return xp.asarray(xp.permute_dims(a, (0, 3, 1, 2)), copy=True)
+
+
 def conv_cases(device, rng):
-    """A view of an NCHW array, as nn.Conv hands over, for the first layout too."""
+    """A view of an NCHW array, as the course's nn.Conv handed over, for the first layout
+    too; and every layout as contiguous NCHW arrays, layout "NCHW" (nn.Conv's now)."""
     cases = [((a, b, bias, stride, padding), {}, rtol)
              for a, b, bias, stride, padding, _, rtol in conv_inputs(device, rng)]
     (a, b, bias, stride, padding), _, rtol = cases[0]
-    nchw = device.xp.asarray(device.xp.permute_dims(a, (0, 3, 1, 2)), copy=True)
+    nchw = _nchw(device, a)
     return cases + [((device.xp.permute_dims(nchw, (0, 2, 3, 1)), b, bias, stride, padding),
-                     {}, rtol)]
+                     {}, rtol)] + [
+        ((_nchw(device, a), b, bias, stride, padding, "NCHW"), {}, rtol)
+        for a, b, bias, stride, padding, _, rtol in conv_inputs(device, rng)]
 
 
 def conv_input_grad_cases(device, rng):
-    return [((g, b, tuple(a.shape), stride, padding), {}, rtol)
-            for a, b, _, stride, padding, g, rtol in conv_inputs(device, rng)]
+    """NHWC, and NCHW (layout "NCHW": the input's shape given in that layout)."""
+    cases = []
+    for a, b, _, stride, padding, g, rtol in conv_inputs(device, rng):
+        n, h, w, c = a.shape
+        cases += [((g, b, tuple(a.shape), stride, padding), {}, rtol),
+                  ((_nchw(device, g), b, (n, c, h, w), stride, padding, "NCHW"), {}, rtol)]
+    return cases
 
 
 def conv_weight_grad_cases(device, rng):
-    """Without the forward's windows, and (the reference's own call) with them."""
+    """Without the forward's windows, and (the reference's own call) with them; NHWC, and
+    NCHW (layout "NCHW": the windows are still the NHWC input's)."""
+    from needle.ops.conv import im2col_portable
+
     cases = []
     for a, b, _, stride, padding, g, rtol in conv_inputs(device, rng):
         kernel = tuple(b.shape[:2])
-        cases.append(((a, g, kernel, stride, padding), {}, rtol))
-        from needle.ops.conv import im2col_portable
-
         cols = im2col_portable(a, kernel, stride, padding)
-        cases.append(((a, g, kernel, stride, padding, cols), {}, rtol))
+        a_t, g_t = _nchw(device, a), _nchw(device, g)
+        cases += [((a, g, kernel, stride, padding), {}, rtol),
+                  ((a, g, kernel, stride, padding, cols), {}, rtol),
+                  ((a_t, g_t, kernel, stride, padding, None, "NCHW"), {}, rtol),
+                  ((a_t, g_t, kernel, stride, padding, cols, "NCHW"), {}, rtol)]
     return cases
 
 

@@ -178,6 +178,54 @@ def test_conv_errors_name_the_shapes(device):
         ndl.conv(x, tensor(np.zeros((3, 3, 3, 1)), device), padding=1.5)
 
 
+@pytest.mark.parametrize("stride,padding,bias", [(1, 1, True), (2, 0, False), (3, 2, True)])
+def test_nchw_layout_is_the_nhwc_conv_permuted(stride, padding, bias, device):
+    """Conv(layout="NCHW") (nn.Conv's) on NCHW x: the NHWC op's output and adjoints, permuted;
+    float64 (a library's convolution may pick another algorithm for the other memory order)."""
+    rng = np.random.default_rng(stride * 10 + padding)
+    a, b, c = (rng.standard_normal(s) for s in [(2, 7, 6, 3), (3, 3, 3, 4), (4,)])
+    x, w, z = tensor(a, device), tensor(b, device), tensor(c, device)
+    xt, wt, zt = (tensor(a.transpose(0, 3, 1, 2), device), tensor(b, device),
+                  tensor(c, device))
+    out = ndl.conv(x, w, stride, padding, bias=z if bias else None)
+    op = ndl.ops.Conv(stride, padding, layout="NCHW")
+    out_t = op(xt, wt, zt) if bias else op(xt, wt)
+    np.testing.assert_allclose(out_t.numpy(), out.numpy().transpose(0, 3, 1, 2), rtol=1e-12,
+                               atol=1e-12)
+    g = rng.standard_normal(out.shape)
+    out.backward(tensor(g, device, requires_grad=False))
+    out_t.backward(tensor(g.transpose(0, 3, 1, 2), device, requires_grad=False))
+    np.testing.assert_allclose(xt.grad.numpy(), x.grad.numpy().transpose(0, 3, 1, 2),
+                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(wt.grad.numpy(), w.grad.numpy(), rtol=1e-12, atol=1e-12)
+    if bias:
+        np.testing.assert_allclose(zt.grad.numpy(), z.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_nchw_conv_second_order_gradient(device):
+    rng = np.random.default_rng(2)
+
+    def grad_norm(x, w, c):  # every adjoint of the NCHW op differentiated again
+        out = ndl.ops.Conv(2, 1, "NCHW")(x, w, c)
+        (out * out).sum().backward(create_graph=True)
+        return (x.grad * x.grad).sum() + (w.grad * w.grad).sum() + (c.grad * c.grad).sum()
+
+    check_gradients(grad_norm, rng.standard_normal((1, 2, 4, 5)),
+                    rng.standard_normal((3, 3, 2, 2)), rng.standard_normal(2), device=device,
+                    rtol=1e-4)
+
+
+def test_nchw_conv_errors_name_the_layout(device):
+    x = tensor(np.zeros((1, 3, 4, 4)), device)
+    with pytest.raises(ValueError, match=r"input has 3 channels \(NCHW shape \(1, 3, 4, 4\)\)"):
+        ndl.ops.Conv(1, 1, "NCHW")(x, tensor(np.zeros((3, 3, 2, 1)), device))
+    with pytest.raises(ValueError, match=r"larger than the padded input: input shape "
+                                         r"\(1, 3, 4, 4\) \(NCHW\)"):
+        ndl.ops.Conv(1, 0, "NCHW")(x, tensor(np.zeros((7, 7, 3, 1)), device))
+    with pytest.raises(ValueError, match=r"layout must be one of \('NHWC', 'NCHW'\), got 'CHWN'"):
+        ndl.ops.Conv(1, 1, "CHWN")
+
+
 # ----- pad: errors (its forward and gradient are the op table's pad cases) --------------------
 def test_pad_errors(device):
     x = tensor(np.zeros((2, 3)), device)
@@ -233,6 +281,15 @@ def test_conv_layer_matches_pytorch_conv2d(k, stride, bias, device):
     if bias:
         np.testing.assert_allclose(conv.bias.grad.numpy(), ref_layer.bias.grad.numpy(),
                                    atol=1e-3, rtol=1e-4)
+
+
+def test_conv_layer_is_one_node_on_its_nchw_input(device):
+    """No permute nodes around the op (the course's layer made two each way)."""
+    conv = nn.Conv(3, 4, 3, device=device)
+    x = tensor(np.ones((2, 3, 5, 5)), device, "float32")
+    out = conv(x)
+    assert type(out.op).__name__ == "Conv" and out.op.layout == "NCHW"
+    assert out.inputs[0] is x and out.shape == (2, 4, 5, 5)
 
 
 def test_conv_layer_errors(device):

@@ -37,17 +37,19 @@ class Conv(Module):
             self.bias = None
 
     def forward(self, x: Tensor) -> Tensor:
-        """NCHW -> NHWC, conv, + bias, -> NCHW."""
+        """conv (+ bias) of NCHW x, one node: the op reads the NCHW layout itself (the
+        course's permutes to NHWC and back, each a node each way, are not made)."""
         if x.ndim != 4 or x.shape[1] != self.in_channels:
             raise ValueError(f"Conv: expected input of shape (N, {self.in_channels}, H, W), "
                              f"found {x.shape}")
         bias = self.bias
-        fused = bias is not None and bias.shape == (self.out_channels,)
-        out = ops.conv(ops.permute(x, (0, 2, 3, 1)), self.weight, self.stride, self.padding,
-                       bias=bias if fused else None)  # a (C_out,) bias added inside the node
-        if bias is not None and not fused:
-            out = out + bias  # a bias of another shape broadcasts over N, H, W
-        return ops.permute(out, (0, 3, 1, 2))
+        if bias is None:
+            return ops.Conv(self.stride, self.padding, "NCHW")(x, self.weight)
+        if bias.shape == (self.out_channels,):  # added inside the node
+            return ops.Conv(self.stride, self.padding, "NCHW")(x, self.weight, bias)
+        # a bias of another shape broadcasts over N, H, W of the NHWC result, as the course's
+        out = ops.conv(ops.permute(x, (0, 2, 3, 1)), self.weight, self.stride, self.padding)
+        return ops.permute(out + bias, (0, 3, 1, 2))
 
     def extra_repr(self) -> str:
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "

@@ -28,6 +28,7 @@ from .axes import int_at_least
 from .dtypes import PromotingOp
 from .linalg import MATMUL
 from .movement import GetItem, permute, reshape, sum_to_shape
+from .reduce import summation
 from .windows import add_windows, window_slices
 
 
@@ -71,11 +72,12 @@ def pad(a: Tensor, axes) -> Tensor:
     return Pad(_pad_widths(axes, a.ndim))(a)
 
 
-def _out_size(op: str, size: int, k: int, stride: int, padding: int, shape, kernel) -> int:
+def _out_size(op: str, size: int, k: int, stride: int, padding: int, shape, kernel,
+              layout: str = "NHWC") -> int:
     span = size + 2 * padding
     if span < k:
         raise ValueError(f"{op}: the kernel {kernel} is larger than the padded input: input "
-                         f"shape {shape} (NHWC) with padding {padding}")
+                         f"shape {shape} ({layout}) with padding {padding}")
     return (span - k) // stride + 1
 
 
@@ -190,38 +192,65 @@ class Col2Im(TensorOp):
         return Taps(self.kernel, self.stride, self.padding)(out_grad)
 
 
-def conv_portable(a, b, bias, stride: int, padding: int):
-    """(out, windows): NHWC `a` cross-correlated with (K, K, C_in, C_out) `b`, plus `bias`
-    (C_out,) or None, as im2col and one matmul; the windows are what the weight's gradient
-    reads again (a fast version that gathers none returns None for them)."""
+#: the two layouts of a convolution's input and output: NHWC (ops.conv's, the course's) and
+#: NCHW (nn.Conv's, which then needs no permute nodes around the op); weights are (K, K, C_in,
+#: C_out) in both
+LAYOUTS = ("NHWC", "NCHW")
+
+
+def _nhwc(xp, a, layout: str):
+    """`a` as an NHWC array (an NCHW one: a permuted view, no copy)."""
+    return a if layout == "NHWC" else xp.permute_dims(a, (0, 2, 3, 1))
+
+
+def _from_nhwc(xp, a, layout: str):
+    """An NHWC array `a` in `layout` (NCHW: a permuted view)."""
+    return a if layout == "NHWC" else xp.permute_dims(a, (0, 3, 1, 2))
+
+
+def _nhwc_shape(shape: tuple, layout: str) -> tuple:
+    """A 4-D shape in `layout` as the NHWC shape of the same array."""
+    return tuple(shape) if layout == "NHWC" else (shape[0], shape[2], shape[3], shape[1])
+
+
+def conv_portable(a, b, bias, stride: int, padding: int, layout: str = "NHWC"):
+    """(out, windows): `a` (NHWC, or NCHW with `layout`) cross-correlated with (K, K, C_in,
+    C_out) `b`, plus `bias` (C_out,) or None, as im2col and one matmul, out in a's layout;
+    the windows (of the NHWC input) are what the weight's gradient reads again (a fast
+    version that gathers none returns None for them)."""
     xp = namespace(a)
     kh, kw, c_in, c_out = b.shape
-    cols = im2col_array(a, (kh, kw), stride, padding)
+    cols = im2col_array(_nhwc(xp, a, layout), (kh, kw), stride, padding)
     n, ho, wo, depth = cols.shape
     out = MATMUL(xp.reshape(cols, (n * ho * wo, depth)), xp.reshape(b, (depth, c_out)))
     if bias is not None:  # into the product's fresh array (in place where allowed)
         out = ADD_TO_FRESH(out, bias)
-    return xp.reshape(out, (n, ho, wo, c_out)), cols
+    return _from_nhwc(xp, xp.reshape(out, (n, ho, wo, c_out)), layout), cols
 
 
-def conv_input_grad_portable(g, b, shape: tuple, stride: int, padding: int):
-    """conv's adjoint in its input, an NHWC array of `shape`, for the output's adjoint `g`:
-    one batched matmul straight into tap-major windows, g (1, M, C_out) @ b[t]^T, which the
-    COL2IM kernel adds back (each tap one contiguous block)."""
+def conv_input_grad_portable(g, b, shape: tuple, stride: int, padding: int,
+                             layout: str = "NHWC"):
+    """conv's adjoint in its input, an array of `shape` in `layout`, for the output's adjoint
+    `g` (in that layout): one batched matmul straight into tap-major windows,
+    g (1, M, C_out) @ b[t]^T, which the COL2IM kernel adds back (each tap one contiguous
+    block)."""
     xp = namespace(g)
     kh, kw, c_in, c_out = b.shape
+    g = _nhwc(xp, g, layout)
     n, ho, wo, _ = g.shape
     taps = MATMUL(xp.reshape(g, (1, n * ho * wo, c_out)),
                   xp.matrix_transpose(xp.reshape(b, (kh * kw, c_in, c_out))))
-    return COL2IM(xp.reshape(taps, (kh * kw, n, ho, wo, c_in)), tuple(shape), (kh, kw), stride,
-                  padding)
+    return _from_nhwc(xp, COL2IM(xp.reshape(taps, (kh * kw, n, ho, wo, c_in)),
+                                 _nhwc_shape(shape, layout), (kh, kw), stride, padding), layout)
 
 
 def conv_weight_grad_portable(a, g, kernel: tuple[int, int], stride: int, padding: int,
-                              cols=None):
+                              cols=None, layout: str = "NHWC"):
     """conv's adjoint in its (K, K, C_in, C_out) weights for input `a` and the output's
-    adjoint `g`: im2col(a)^T @ g, reusing `cols` (the forward's windows of `a`) when given."""
+    adjoint `g` (both in `layout`): im2col(a)^T @ g, reusing `cols` (the forward's windows
+    of `a`) when given."""
     xp = namespace(g)
+    a, g = _nhwc(xp, a, layout), _nhwc(xp, g, layout)
     if cols is None:
         cols = im2col_array(a, kernel, stride, padding)
     n, ho, wo, depth = cols.shape
@@ -243,8 +272,15 @@ CONV_WEIGHT_GRAD = Kernel("conv_weight_grad", conv_weight_grad_portable,
                                 "jax": "needle.backends.conv_jax:conv_weight_grad_jax"})
 
 
+def _layout(layout: str) -> str:
+    if layout not in LAYOUTS:
+        raise ValueError(f"conv: layout must be one of {LAYOUTS}, got {layout!r}")
+    return layout
+
+
 class Conv(PromotingOp):
-    """2-D cross-correlation of NHWC `a` with (K, K, C_in, C_out) `b`: NHWC out.
+    """2-D cross-correlation of `a` (NHWC, or NCHW with `layout`) with (K, K, C_in, C_out)
+    `b`: out in a's layout.
 
     Conv and its two adjoints, ConvInputGrad and ConvWeightGrad, are each linear in both
     inputs, and each one's gradient is made of the other two (so every order works).
@@ -252,19 +288,22 @@ class Conv(PromotingOp):
 
     op_name = "conv"
 
-    def __init__(self, stride: int = 1, padding: int = 0):
+    def __init__(self, stride: int = 1, padding: int = 0, layout: str = "NHWC"):
         self.stride = int_at_least("conv", "stride", stride, 1)
         self.padding = int_at_least("conv", "padding", padding, 0)
+        self.layout = _layout(layout)
 
     def _check(self, a_shape: tuple, b_shape: tuple) -> None:
+        layout = self.layout
         if len(a_shape) != 4 or len(b_shape) != 4:
-            raise ValueError(f"conv: expected an NHWC input and (K, K, C_in, C_out) weights, "
-                             f"found shapes {a_shape} and {b_shape}")
-        if a_shape[3] != b_shape[2]:
-            raise ValueError(f"conv: the input has {a_shape[3]} channels (NHWC shape {a_shape})"
-                             f" but the weights expect {b_shape[2]} (shape {b_shape})")
-        for size, k in zip(a_shape[1:3], b_shape[:2]):
-            _out_size("conv", size, k, self.stride, self.padding, a_shape, b_shape[:2])
+            raise ValueError(f"conv: expected an {layout} input and (K, K, C_in, C_out) "
+                             f"weights, found shapes {a_shape} and {b_shape}")
+        channels = a_shape[3 if layout == "NHWC" else 1]
+        if channels != b_shape[2]:
+            raise ValueError(f"conv: the input has {channels} channels ({layout} shape "
+                             f"{a_shape}) but the weights expect {b_shape[2]} (shape {b_shape})")
+        for size, k in zip(_nhwc_shape(a_shape, layout)[1:3], b_shape[:2]):
+            _out_size("conv", size, k, self.stride, self.padding, a_shape, b_shape[:2], layout)
 
     saves = True  # (input, its windows): the weight's gradient needs the windows again
 
@@ -277,73 +316,80 @@ class Conv(PromotingOp):
         if bias is not None and tuple(bias.shape) != (b_shape[3],):
             raise ValueError(f"conv: the bias must have shape ({b_shape[3]},) for weights of "
                              f"shape {b_shape}, found {tuple(bias.shape)}")
-        out, cols = CONV(a, b, bias, self.stride, self.padding)
+        out, cols = CONV(a, b, bias, self.stride, self.padding, self.layout)
         return out, (None if cols is None else (a, cols))
 
     def gradient(self, out_grad, node):
         a, b = node.inputs[:2]
         needs = node.needs_input_grad
+        stride, padding, layout = self.stride, self.padding, self.layout
         grad_a = grad_b = None
         if needs[0]:
-            grad_a = ConvInputGrad(a.shape, self.stride, self.padding)(out_grad, b)
+            grad_a = ConvInputGrad(a.shape, stride, padding, layout)(out_grad, b)
         if needs[1]:
-            grad_b = ConvWeightGrad(b.shape[:2], self.stride, self.padding, node.saved)(
+            grad_b = ConvWeightGrad(b.shape[:2], stride, padding, node.saved, layout)(
                 a, out_grad)
         if len(node.inputs) == 2:
             return grad_a, grad_b
-        bias = node.inputs[2]
+        if not needs[2]:
+            return grad_a, grad_b, None
+        if layout == "NCHW":
+            return grad_a, grad_b, summation(out_grad, (0, 2, 3))
         c_out = out_grad.shape[-1]
-        return grad_a, grad_b, (sum_to_shape(reshape(out_grad, (-1, c_out)), bias.shape)
-                                if needs[2] else None)
+        return grad_a, grad_b, sum_to_shape(reshape(out_grad, (-1, c_out)), (c_out,))
 
 
 class ConvInputGrad(PromotingOp):
-    """conv's adjoint in its input: (the output's adjoint g, weights b) -> an NHWC array of
-    the input's `shape`."""
+    """conv's adjoint in its input: (the output's adjoint g, weights b) -> an array of the
+    input's `shape`, in `layout` (g's too)."""
 
     op_name = "conv"
 
-    def __init__(self, shape: tuple, stride: int, padding: int):
+    def __init__(self, shape: tuple, stride: int, padding: int, layout: str = "NHWC"):
         self.shape = tuple(shape)
         self.stride = int_at_least("conv", "stride", stride, 1)
         self.padding = int_at_least("conv", "padding", padding, 0)
+        self.layout = _layout(layout)
 
     def compute(self, g, b):
-        return CONV_INPUT_GRAD(g, b, self.shape, self.stride, self.padding)
+        return CONV_INPUT_GRAD(g, b, self.shape, self.stride, self.padding, self.layout)
 
     def gradient(self, out_grad, node):
         g, b = node.inputs
         needs = node.needs_input_grad
-        return (Conv(self.stride, self.padding)(out_grad, b) if needs[0] else None,
-                ConvWeightGrad(b.shape[:2], self.stride, self.padding)(out_grad, g)
+        stride, padding, layout = self.stride, self.padding, self.layout
+        return (Conv(stride, padding, layout)(out_grad, b) if needs[0] else None,
+                ConvWeightGrad(b.shape[:2], stride, padding, None, layout)(out_grad, g)
                 if needs[1] else None)
 
 
 class ConvWeightGrad(PromotingOp):
-    """conv's adjoint in its weights: (input a, the output's adjoint g) -> (K, K, C_in, C_out)
-    for the `kernel` (K, K); `saved` is (input, its windows) of the forward, reused for that
-    very input."""
+    """conv's adjoint in its weights: (input a, the output's adjoint g, both in `layout`) ->
+    (K, K, C_in, C_out) for the `kernel` (K, K); `saved` is (input, its windows) of the
+    forward, reused for that very input."""
 
     op_name = "conv"
 
     def __init__(self, kernel: tuple[int, int], stride: int, padding: int,
-                 saved: tuple | None = None):
+                 saved: tuple | None = None, layout: str = "NHWC"):
         self.kernel = _kernel("conv", kernel)
         self.stride = int_at_least("conv", "stride", stride, 1)
         self.padding = int_at_least("conv", "padding", padding, 0)
         self.saved = saved
+        self.layout = _layout(layout)
 
     def compute(self, a, g):
         saved = self.saved
         cols = saved[1] if saved is not None and saved[0] is a else None
-        return CONV_WEIGHT_GRAD(a, g, self.kernel, self.stride, self.padding, cols)
+        return CONV_WEIGHT_GRAD(a, g, self.kernel, self.stride, self.padding, cols, self.layout)
 
     def gradient(self, out_grad, node):
         a, g = node.inputs
         needs = node.needs_input_grad
-        return (ConvInputGrad(a.shape, self.stride, self.padding)(g, out_grad)
+        stride, padding, layout = self.stride, self.padding, self.layout
+        return (ConvInputGrad(a.shape, stride, padding, layout)(g, out_grad)
                 if needs[0] else None,
-                Conv(self.stride, self.padding)(a, out_grad) if needs[1] else None)
+                Conv(stride, padding, layout)(a, out_grad) if needs[1] else None)
 
 
 def conv(a: Tensor, b: Tensor, stride: int = 1, padding: int = 1,
