@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from . import device_of
+from . import device_of, namespace
+from .rows import as_rows, channels, from_rows
 
 _TYPES = {"float32": "float", "float64": "double"}
 
@@ -169,7 +170,18 @@ def _threads(d: int) -> int:
 
 
 def normalize_cuda(x: Any, axes: tuple[int, ...], eps: float) -> tuple[Any, Any, Any, Any]:
-    """(y, s, mean, var) as the reference gives them, in one kernel."""
+    """(y, s, mean, var) as the reference gives them, in one kernel (BatchNorm's NC...
+    layout, as the reference: the columns kernel on (N * ..., C) rows)."""
+    c = channels(tuple(x.shape), axes)
+    if c is not None and x.dtype.name in _TYPES:
+        cp = namespace(x)  # the array-API namespace (permute_dims)
+        out = normalize_cuda(as_rows(cp, x, c), (0,), eps)
+        if out is NotImplemented:  # (an empty array)
+            return out
+        y, s, mean, var = out
+        keep = tuple(1 if i in axes else n for i, n in enumerate(x.shape))
+        return (from_rows(cp, y, tuple(x.shape)), s.reshape(keep), mean.reshape(keep),
+                var.reshape(keep))
     layout = _layout(tuple(x.shape), axes)
     dtype = x.dtype.name
     if layout is None or dtype not in _TYPES:
@@ -193,7 +205,13 @@ def normalize_cuda(x: Any, axes: tuple[int, ...], eps: float) -> tuple[Any, Any,
 
 
 def normalize_grad_cuda(g: Any, y: Any, s: Any, axes: tuple[int, ...]) -> Any:
-    """s (g - mean(g) - y mean(g y)) over `axes`, in one kernel."""
+    """s (g - mean(g) - y mean(g y)) over `axes`, in one kernel (BatchNorm's NC... layout
+    as rows, as the reference)."""
+    c = channels(tuple(y.shape), axes)
+    if c is not None and tuple(g.shape) == tuple(y.shape) and s.size == c:
+        cp = namespace(g)
+        out = normalize_grad_cuda(as_rows(cp, g, c), as_rows(cp, y, c), s.reshape(1, c), (0,))
+        return out if out is NotImplemented else from_rows(cp, out, tuple(g.shape))
     layout = _layout(tuple(y.shape), axes)
     dtype = y.dtype.name
     if (layout is None or dtype not in _TYPES or g.dtype != y.dtype or s.dtype != y.dtype

@@ -1,5 +1,6 @@
 """Normalisation on the torch device (fast versions of needle.ops.norm.NORMALIZE and
-NORMALIZE_GRAD). BatchNorm's layout ((N, C) over axis 0) and LayerNorm's (the last axis):
+NORMALIZE_GRAD). BatchNorm's layout ((N, C, ...) over every axis but 1: BatchNorm1d's and
+BatchNorm2d's NCHW, as it is) and LayerNorm's (the last axis):
 PyTorch's own batch and layer norm kernels each way, with `var_mean` for the statistics (two
 ops forward, one or two backward); other layouts: one-pass `var_mean` and `mean` reductions
 and a fused multiply-add, six ops each way, where the portable rule makes ten and nine (on a
@@ -30,10 +31,11 @@ def _zeros_ones(shape: tuple[int, ...], like: Any) -> tuple[Any, Any]:
 
 
 def _layout(x: Any, axes: tuple[int, ...]) -> str:
-    """"batch" for BatchNorm's (N, C) over axis 0, "layer" for the last axis, else ""."""
+    """"batch" for BatchNorm's (N, C, ...) over every axis but 1 (BatchNorm1d's (N, C) over
+    axis 0, BatchNorm2d's NCHW), "layer" for the last axis, else ""."""
     if not x.numel() or x.dtype not in (torch.float32, torch.float64):
         return ""
-    if x.ndim == 2 and axes == (0,):
+    if x.ndim >= 2 and axes == (0, *range(2, x.ndim)):
         return "batch"
     return "layer" if axes == (x.ndim - 1,) else ""
 
@@ -48,7 +50,7 @@ def normalize_torch(x: Any, axes: tuple[int, ...], eps: float) -> Any:
     layout = _layout(x, axes)
     if layout == "batch":
         y, _, s = torch.native_batch_norm(x, None, None, None, None, True, 0.0, eps)
-        return y, s.reshape(1, -1), mean, var
+        return y, s.reshape(mean.shape), mean, var
     if layout == "layer":
         y, _, s = torch.native_layer_norm(x, [x.shape[-1]], None, None, eps)
         return y, s, mean, var
@@ -63,7 +65,7 @@ def normalize_grad_torch(g: Any, y: Any, s: Any, axes: tuple[int, ...]) -> Any:
     if not (axes and g.dtype.is_floating_point and g.dtype == y.dtype == s.dtype):
         return NotImplemented
     layout = _layout(g, axes) if tuple(y.shape) == tuple(g.shape) else ""
-    if layout == "batch" and tuple(s.shape) == (1, g.shape[1]):
+    if layout == "batch" and tuple(s.shape) == (1, g.shape[1]) + (1,) * (g.ndim - 2):
         zeros, ones = _zeros_ones((g.shape[1],), g)
         return torch.ops.aten.native_batch_norm_backward(
             g, y, s.reshape(-1), None, None, zeros, ones, True, 0.0, [True, False, False])[0]

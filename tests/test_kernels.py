@@ -161,7 +161,8 @@ def sgd_many_cases(device, rng):
 # hand to the reference; sizes that leave a block's threads idle and need several blocks
 NORM_LAYOUTS = [((6, 5), (1,)), ((6, 5), (0,)), ((3, 4, 37), (2,)), ((300, 70), (0,)),
                 ((2, 3, 4), (1, 2)), ((2, 3, 4), (0, 1)), ((2, 3, 4), (0, 2)), ((5, 600), (1,)),
-                ((6, 5), ())]  # no axes: nothing reduced (handed to the reference)
+                ((6, 5), ()),  # no axes: nothing reduced (handed to the reference)
+                ((4, 3, 5, 6), (0, 2, 3)), ((40, 3, 2, 2), (0, 2, 3))]  # BatchNorm2d's NCHW
 
 
 def norm_inputs(device, rng):
@@ -174,7 +175,9 @@ def norm_inputs(device, rng):
             out.append((device.asarray(x, dtype=dtype), axes, rtol))
     view = device.xp.permute_dims(device.asarray(rng.standard_normal((7, 40)), dtype="float32"),
                                   (1, 0))
-    return out + [(view, (1,), 1e-5), (view, (0,), 1e-5)]
+    channels_last = device.xp.permute_dims(  # a convolution's NCHW output, NHWC in memory
+        device.asarray(rng.standard_normal((4, 5, 6, 3)), dtype="float32"), (0, 3, 1, 2))
+    return out + [(view, (1,), 1e-5), (view, (0,), 1e-5), (channels_last, (0, 2, 3), 1e-5)]
 
 
 def normalize_cases(device, rng):

@@ -283,6 +283,48 @@ def test_batchnorm2d_normalises_channels_over_n_h_w(device):
                     data(2, seed=2), device=device)
 
 
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+def test_batchnorm2d_gives_the_course_formulations_numbers(layout, device):
+    """Two nodes on the NCHW input (Normalize, ScaleShift), and the numbers of the course's
+    BatchNorm2d (permute to NHWC, reshape to (N*H*W, C), BatchNorm1d, back): to the bit for
+    the output, the input's adjoint and the running statistics where the rows kernel runs
+    (the same kernel on the same rows), the weight's and bias's sums to 1e-6; on torch,
+    PyTorch's batch norm reads NCHW itself and sums in another order: a few ulps. On an NCHW
+    array and on a channels-last one (a convolution's output)."""
+    rng = np.random.default_rng(8)
+    x_host = (rng.standard_normal((4, 3, 5, 6)) * 2 + 1).astype(np.float32)
+    g_host = rng.standard_normal(x_host.shape).astype(np.float32)
+    bn2, bn1 = nn.BatchNorm2d(3, device=device), nn.BatchNorm1d(3, device=device)
+    for bn in (bn2, bn1):
+        bn.weight.data, bn.bias.data = T(data(3, seed=1), device, "float32"), T(
+            data(3, seed=2), device, "float32")
+
+    def leaf(a):
+        t = T(a if layout == "nchw" else a.transpose(0, 2, 3, 1), device, "float32")
+        return t if layout == "nchw" else ndl.ops.permute(t.detach(), (0, 3, 1, 2)).detach()
+
+    got = {}
+    for course, bn in ((False, bn2), (True, bn1)):
+        x = leaf(x_host)
+        x.requires_grad = True
+        if course:
+            n, c, h, w = x.shape
+            flat = ndl.ops.reshape(ndl.ops.permute(x, (0, 2, 3, 1)), (n * h * w, c))
+            out = ndl.ops.permute(ndl.ops.reshape(bn(flat), (n, h, w, c)), (0, 3, 1, 2))
+        else:
+            out = bn(x)
+            assert type(out.op).__name__ == "ScaleShift"
+            assert type(out.inputs[0].op).__name__ == "Normalize" and (
+                out.inputs[0].inputs[0] is x)
+        out.backward(T(g_host, device, "float32"))
+        got[course] = [a.numpy() for a in (out, x.grad, bn.running_mean, bn.running_var,
+                                           bn.weight.grad, bn.bias.grad)]
+    exact = {"rtol": 0, "atol": 0} if device.kind != "torch" else {"rtol": 1e-5, "atol": 1e-6}
+    for new, course, tolerance in zip(got[False], got[True],
+                                      [exact] * 4 + [{"rtol": 1e-6, "atol": 1e-5}] * 2):
+        np.testing.assert_allclose(new, course, **tolerance)
+
+
 def test_layernorm1d_forward_and_gradients(device):
     ln = nn.LayerNorm1d(4, eps=1e-4, device=device, dtype="float64")
     w, b = data(4, seed=1), data(4, seed=2)

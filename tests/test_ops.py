@@ -270,6 +270,10 @@ CASES = [
          lambda a: np_normalize(a, (-1,), 0.1), [(2, 3, 5)]),
     Case("normalize_tuple", lambda a: ndl.normalize(a, (0, 2)),
          lambda a: np_normalize(a, (0, 2)), [(3, 2, 4)]),
+    Case("normalize_channels", lambda a: ndl.normalize(a, (0, 2, 3)),  # BatchNorm2d's, as rows
+         lambda a: np_normalize(a, (0, 2, 3)), [(3, 2, 2, 3)]),
+    Case("normalize_grad_channels", lambda x, g: ndl.NormalizeGrad((0, 2, 3), 1e-5)(x, g),
+         lambda x, g: np_normalize_grad(x, g, (0, 2, 3), 1e-5), [(2, 3, 2, 2), (2, 3, 2, 2)]),
     Case("normalize_grad", lambda x, g: ndl.NormalizeGrad((0,), 1e-5)(x, g),
          lambda x, g: np_normalize_grad(x, g, (0,), 1e-5), [(5, 3), (5, 3)]),
     Case("normalize_grad_last", lambda x, g: ndl.NormalizeGrad((1,), 0.5)(x, g),
@@ -384,6 +388,8 @@ CASES = [
     Case("scale_shift", ndl.ops.scale_shift, lambda x, w, b: x * w + b, [(3, 4), (4,), (1, 4)]),
     Case("scale_shift_bcast", ndl.ops.scale_shift, lambda x, w, b: x * w + b,
          [(3, 1), (2, 1, 4), (4,)]),
+    Case("scale_shift_axis", lambda x, w, b: ndl.ops.scale_shift(x, w, b, axis=1),
+         lambda x, w, b: x * w[:, None, None] + b[:, None, None], [(2, 3, 4, 2), (3,), (3,)]),
     Case("lstm_cell_state", ndl.ops.lstm_cell_state, np_lstm_state, [(3, 8), (3, 2)]),
     Case("lstm_cell_state_zero", ndl.ops.lstm_cell_state, np_lstm_state, [(3, 8)]),
     Case("lstm_cell_output", ndl.ops.lstm_cell_output,
@@ -678,6 +684,15 @@ def test_scale_shift_second_order(device):
 
     check_gradients(grad_dot, rng.standard_normal((3, 4)), rng.standard_normal(4),
                     rng.standard_normal(4), device=device)
+
+
+def test_scale_shift_along_an_axis_checks_its_vectors(device):
+    x, v = (ndl.Tensor(np.ones(s), device=device) for s in [(2, 3, 4), (3,)])
+    with pytest.raises(ValueError, match=r"the shift must have shape \(3,\) along axis 1 of an "
+                                         r"input of shape \(2, 3, 4\), found \(4,\)"):
+        ndl.ops.scale_shift(x, v, ndl.Tensor(np.ones(4), device=device), axis=1)
+    with pytest.raises(ValueError, match=r"axis 3 is out of range .* shape \(2, 3, 4\)"):
+        ndl.ops.scale_shift(x, v, v, axis=3)
 
 
 def test_linear_is_one_affine_node_equal_to_matmul_plus_bias(device):

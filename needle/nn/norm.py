@@ -61,33 +61,40 @@ class BatchNorm1d(Module):
         self.register_buffer("running_mean", init.zeros(dim, device=device, dtype=dtype))
         self.register_buffer("running_var", init.ones(dim, device=device, dtype=dtype))
 
+    #: the normalised axes of a 2-D input, and the axis of weight and bias (None: the last)
+    _axes, _channel_axis = (0,), None
+
     def forward(self, x: Tensor) -> Tensor:
         """(x - mean) / sqrt(var + eps) * weight + bias, with batch or running statistics."""
         if x.ndim != 2 or x.shape[1] != self.dim:
             raise ValueError(f"{type(self).__name__}: expected input of shape (N, {self.dim}), "
                              f"found {x.shape}")
-        return self._normalize(x, x.shape)
+        return self._normalize(x)
 
-    def _normalize(self, x: Tensor, shape: tuple[int, ...]) -> Tensor:
-        """The normalisation of a checked (N, dim) input, reshaped from an input of `shape`."""
-        count = x.shape[0]  # values per channel
+    def _normalize(self, x: Tensor) -> Tensor:
+        """The normalisation of a checked input: (N, dim), or (N, dim, ...) over all axes but 1."""
+        shape = x.shape
+        count = 1  # values per channel
+        for ax in self._axes:
+            count *= shape[ax]
         if count == 0 or (self.training and count == 1):
             # one value has no variance: PyTorch refuses it too (an empty batch has no mean)
             need = "more than 1 value" if self.training else "at least 1 value"
             mode = "when training" if self.training else "in eval mode"
             raise ValueError(f"{type(self).__name__}: expected {need} per channel {mode}, "
                              f"found input of shape {shape}")
+        axis = self._channel_axis
         if not self.training:
             # the running statistics are constants: fold them into one scale and one shift
             # on the (dim,) vectors, so the batch is passed over twice, as PyTorch does
             inv_std = _inv_std(self.running_var, self.eps)
             scale = self.weight * Tensor.make_const(inv_std, device=x.device)
-            return ops.scale_shift(x, scale, self.bias - self.running_mean * scale)
+            return ops.scale_shift(x, scale, self.bias - self.running_mean * scale, axis)
         # one fused node standardises with the batch mean and the biased batch variance
-        op = ops.Normalize((0,), self.eps)
+        op = ops.Normalize(self._axes, self.eps)
         out = op(x)  # compute set op.stats
         self._update_running(*op.stats)
-        return ops.scale_shift(out, self.weight, self.bias)
+        return ops.scale_shift(out, self.weight, self.bias, axis)
 
     def _update_running(self, mean, var) -> None:
         """running = (1 - m) running + m batch, on raw arrays: no graph is recorded.
@@ -106,15 +113,16 @@ class BatchNorm1d(Module):
 class BatchNorm2d(BatchNorm1d):
     """BatchNorm over the channels of NCHW input: statistics over N, H and W."""
 
+    _axes, _channel_axis = (0, 2, 3), 1
+
     def forward(self, x: Tensor) -> Tensor:
-        """Permute NCHW to (N*H*W, C), apply BatchNorm1d, and permute back."""
+        """BatchNorm1d's normalisation over N, H and W of NCHW x, in two nodes (the course's
+        permute and reshape nodes around them are not made: the Normalize op reads the
+        layout itself, with BatchNorm1d's kernels and numbers)."""
         if x.ndim != 4 or x.shape[1] != self.dim:
             raise ValueError(f"BatchNorm2d: expected input of shape (N, {self.dim}, H, W), "
                              f"found {x.shape}")
-        n, c, h, w = x.shape
-        flat = ops.reshape(ops.permute(x, (0, 2, 3, 1)), (n * h * w, c))
-        out = self._normalize(flat, x.shape)
-        return ops.permute(ops.reshape(out, (n, h, w, c)), (0, 3, 1, 2))
+        return self._normalize(x)
 
 
 class LayerNorm1d(Module):

@@ -13,7 +13,8 @@ from .dtypes import (
     kind_name,
     promote,
 )
-from .movement import sum_to_shape
+from .movement import reshape, sum_to_shape
+from .reduce import summation
 from .unary import log
 
 
@@ -112,7 +113,8 @@ def add_n(*tensors: Tensor) -> Tensor:
 
 
 class ScaleShift(PromotingOp):
-    """x * w + b in one node (the affine half of a normalisation layer), broadcasting.
+    """x * w + b in one node (the affine half of a normalisation layer), broadcasting; with
+    `axis`, w and b are vectors along that axis of x (BatchNorm2d's channels of NCHW).
 
     The shift is added to the product's fresh array (in place where the device allows); the
     gradient is (g w, sum(g x), sum(g)), each summed back to its input's shape, needle ops.
@@ -120,7 +122,23 @@ class ScaleShift(PromotingOp):
 
     op_name = "scale_shift"
 
+    def __init__(self, axis: int | None = None):
+        self.axis = axis
+
+    def _along_axis(self, x, v, what: str):
+        """The vector `v` shaped to broadcast along `axis` of x."""
+        axis, shape = self.axis, tuple(x.shape)
+        if not 0 <= axis < len(shape):
+            raise ValueError(f"scale_shift: axis {axis} is out of range for an input of shape "
+                             f"{shape}")
+        if tuple(v.shape) != (shape[axis],):
+            raise ValueError(f"scale_shift: the {what} must have shape ({shape[axis]},) along "
+                             f"axis {axis} of an input of shape {shape}, found {tuple(v.shape)}")
+        return namespace(v).reshape(v, (-1,) + (1,) * (len(shape) - axis - 1))
+
     def compute(self, x, w, b):
+        if self.axis is not None:
+            w, b = self._along_axis(x, w, "scale"), self._along_axis(x, b, "shift")
         check_broadcast("scale_shift", x, w)
         out = x * w
         check_broadcast("scale_shift", out, b)
@@ -129,14 +147,21 @@ class ScaleShift(PromotingOp):
     def gradient(self, out_grad, node):
         x, w, b = node.inputs
         need_x, need_w, need_b = node.needs_input_grad
-        return (unbroadcast(out_grad * w, x) if need_x else None,
-                unbroadcast(out_grad * x, w) if need_w else None,
-                unbroadcast(out_grad, b) if need_b else None)
+        if self.axis is None:
+            return (unbroadcast(out_grad * w, x) if need_x else None,
+                    unbroadcast(out_grad * x, w) if need_w else None,
+                    unbroadcast(out_grad, b) if need_b else None)
+        ndim = len(x.shape)
+        others = tuple(i for i in range(ndim) if i != self.axis)
+        along = (-1,) + (1,) * (ndim - self.axis - 1)
+        return (out_grad * reshape(w, along) if need_x else None,
+                summation(out_grad * x, others) if need_w else None,
+                summation(out_grad, others) if need_b else None)
 
 
-def scale_shift(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
-    """x * w + b as one node."""
-    return ScaleShift()(x, w, b)
+def scale_shift(x: Tensor, w: Tensor, b: Tensor, axis: int | None = None) -> Tensor:
+    """x * w + b as one node; with `axis`, w and b are vectors along that axis of x."""
+    return ScaleShift(axis)(x, w, b)
 
 
 class EWiseMul(TensorOp):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ..autograd.tensor import Tensor, TensorOp
 from ..backends import namespace
+from ..backends.rows import as_rows, channels, from_rows
 from ..kernels import Kernel
 from .axes import freeze_axes, normalize_axes
 from .movement import reshape
@@ -40,14 +41,29 @@ def _stats(xp, x, axes, eps):
 
 
 def normalize_portable(x, axes: tuple[int, ...], eps: float):
-    """(y, s, mean, var) of x standardised over the non-negative `axes` (see `_stats`)."""
-    return _stats(namespace(x), x, axes, eps)
+    """(y, s, mean, var) of x standardised over the non-negative `axes` (see `_stats`).
+    BatchNorm's NC... layout (every axis but 1) is standardised as (N * ..., C) rows over
+    axis 0, the numbers of the course's BatchNorm2d (which permuted and reshaped to
+    BatchNorm1d's layout in nodes of its own); the statistics are keepdims in x's layout."""
+    xp = namespace(x)
+    c = channels(tuple(x.shape), axes)
+    if c is None:
+        return _stats(xp, x, axes, eps)
+    y, s, mean, var = _stats(xp, as_rows(xp, x, c), (0,), eps)
+    keep = keepdims_shape(tuple(x.shape), axes)
+    return (from_rows(xp, y, tuple(x.shape)), xp.reshape(s, keep), xp.reshape(mean, keep),
+            xp.reshape(var, keep))
 
 
 def normalize_grad_portable(g, y, s, axes: tuple[int, ...]):
     """s P g = s (g - mean(g) - y mean(g y)) over `axes`: the adjoint at the x that gave
-    (y, s), for the output adjoint g."""
+    (y, s), for the output adjoint g (BatchNorm's NC... layout as rows, as above)."""
     xp = namespace(g)
+    c = channels(tuple(g.shape), axes)
+    if c is not None:
+        g2, y2 = as_rows(xp, g, c), as_rows(xp, y, c)
+        return from_rows(xp, normalize_grad_portable(g2, y2, xp.reshape(s, (1, c)), (0,)),
+                         tuple(g.shape))
     return s * (g - _mean(xp, g, axes) - y * _mean(xp, g * y, axes))
 
 
