@@ -18,6 +18,10 @@ from typing import Any, Iterator
 
 import torch
 
+#: (shape, dtype, device) -> a tensor of that shape holding no memory of its own: what
+#: PyTorch's convolution backward reads of the input (or weights) it is not asked about
+#: (bounded: cleared at 64)
+_SHAPES: dict[tuple, torch.Tensor] = {}
 _convolution = torch.ops.aten.convolution.default
 _convolution_backward = torch.ops.aten.convolution_backward.default
 _ONE, _ZERO = [1, 1], [0, 0]
@@ -41,6 +45,17 @@ def _floating(*arrays: Any) -> bool:
     """True when every array given (None skipped) has the first one's floating dtype."""
     dtype = arrays[0].dtype
     return dtype.is_floating_point and all(a is None or a.dtype == dtype for a in arrays)
+
+
+def _like(shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+    """A tensor of `shape` with like's dtype and device (one element, expanded), made once."""
+    key = (shape, like.dtype, like.device)
+    out = _SHAPES.get(key)
+    if out is None:
+        if len(_SHAPES) >= 64:
+            _SHAPES.clear()
+        out = _SHAPES[key] = torch.empty(1, dtype=like.dtype, device=like.device).expand(shape)
+    return out
 
 
 def _nchw(a: torch.Tensor, layout: str) -> torch.Tensor:
@@ -70,7 +85,7 @@ def conv_input_grad_torch(g: torch.Tensor, b: torch.Tensor, shape: tuple, stride
     if not _floating(g, b):
         return NotImplemented
     n, h, w, c = shape if layout == "NHWC" else (shape[0], shape[2], shape[3], shape[1])
-    like = g.new_empty(1).expand(n, c, h, w)  # the input's shape, for the backward to read
+    like = _like((n, c, h, w), g)  # the input's shape, for the backward to read
     with _float32_precision(g):
         grad = _convolution_backward(_nchw(g, layout), like, b.permute(3, 2, 0, 1), None,
                                      [stride, stride], [padding, padding], _ONE, False, _ZERO,
@@ -86,7 +101,7 @@ def conv_weight_grad_torch(a: torch.Tensor, g: torch.Tensor, kernel: tuple[int, 
     if not _floating(a, g):
         return NotImplemented
     a, g = _nchw(a, layout), _nchw(g, layout)
-    like = g.new_empty(1).expand(g.shape[1], a.shape[1], kernel[0], kernel[1])
+    like = _like((g.shape[1], a.shape[1], kernel[0], kernel[1]), g)
     with _float32_precision(g):
         grad = _convolution_backward(g, a, like, None, [stride, stride], [padding, padding],
                                      _ONE, False, _ZERO, 1, [False, True, False])[1]

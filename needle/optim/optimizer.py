@@ -167,7 +167,7 @@ class Optimizer:
         shapes = [p._array.shape for p in params]
         cache = self._flat.get(key)
         flat_p = self._flat_params(indices, params, xp, cache)  # cached, or a fresh concat
-        flat_g = xp.concat([xp.reshape(g, (-1,)) for g in grads])
+        flat_g = xp.concat([g if g.ndim == 1 else xp.reshape(g, (-1,)) for g in grads])
         flat_state = self._flat_state(indices, params, xp, cache)
         new_p, new_state = self._update(flat_p, flat_g, flat_state)
         if (cache is not None and new_p is cache.params and new_state.keys() ==
