@@ -81,6 +81,32 @@ def normalize_grad_torch(g: Any, y: Any, s: Any, axes: tuple[int, ...]) -> Any:
     return out
 
 
+def _batch_layout(x: Any, *arrays: Any) -> bool:
+    """True for a non-empty float (N, C, ...) x with the other arrays of its dtype."""
+    return (x.ndim >= 2 and x.numel() > 0 and x.dtype in (torch.float32, torch.float64)
+            and all(a.dtype == x.dtype for a in arrays))
+
+
+def batch_norm_torch(x: Any, w: Any, b: Any, eps: float) -> Any:
+    """(out, None, s, mean, var) as batch_norm_portable, without y (the backward reads x):
+    PyTorch's batch norm with the affine map, and var_mean for the course's statistics."""
+    if not _batch_layout(x, w, b):
+        return NotImplemented
+    axes = (0, *range(2, x.ndim))
+    var, mean = torch.var_mean(x, dim=axes, correction=0, keepdim=True)
+    out, _, s = torch.native_batch_norm(x, w, b, None, None, True, 0.0, eps)
+    return out, None, s.reshape(mean.shape), mean, var
+
+
+def batch_norm_grad_torch(g: Any, x: Any, w: Any, y: Any, s: Any, mean: Any) -> Any:
+    """(dx, dw, db): PyTorch's batch-norm backward, all three in one op, from x, the mean
+    and the inverse deviation (y is not read)."""
+    if not _batch_layout(x, g, w, s, mean) or tuple(g.shape) != tuple(x.shape):
+        return NotImplemented
+    return tuple(torch.ops.aten.native_batch_norm_backward(
+        g, x, w, None, None, mean.reshape(-1), s.reshape(-1), True, 0.0, [True, True, True]))
+
+
 def moving_averages_torch(old_mean: Any, old_var: Any, batch_mean: Any, batch_var: Any,
                           m: float) -> Any:
     """(old * (1 - m) + batch * m) for the running mean and variance: two foreach products

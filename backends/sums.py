@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from . import device_of
+from . import device_of, namespace
 from .normalize import _TYPES, HELPERS, _layout, _threads
+from .rows import as_rows, channels
 
 SUM_SOURCE = HELPERS + r"""
 extern "C" __global__ void sum_rows(const T* x, T* out, long long d) {
@@ -47,6 +48,12 @@ def sum_cuda(a: Any, axes: tuple[int, ...] | None, keepdims: bool = False) -> An
     """The sum of `a` over the non-negative `axes` (None: all) in one kernel."""
     shape = tuple(a.shape)
     axes = tuple(range(len(shape))) if axes is None else tuple(axes)
+    c = channels(shape, axes)
+    if c is not None and a.dtype.name in _TYPES:  # BatchNorm's and NCHW bias adjoints' sums
+        out = sum_cuda(as_rows(namespace(a), a, c), (0,))  # over every axis but 1: as rows
+        if out is NotImplemented or not keepdims:
+            return out
+        return out.reshape(tuple(1 if i in axes else n for i, n in enumerate(shape)))
     layout = _layout(shape, axes)
     dtype = a.dtype.name
     if layout is None or dtype not in _TYPES:

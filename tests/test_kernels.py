@@ -193,6 +193,38 @@ def normalize_grad_cases(device, rng):
     return cases
 
 
+def batch_inputs(device, rng):
+    """(x, w, b, rtol): BatchNorm1d's (N, C) and BatchNorm2d's NCHW (contiguous, and a
+    convolution's channels-last output) in float32 and float64 (PyTorch's batch norm sums in
+    its own order: a few ulps)."""
+    out = []
+    for dtype, rtol in (("float32", 1e-5), ("float64", 1e-12)):
+        for shape in [(6, 5), (300, 70), (4, 3, 5, 6)]:
+            x, w, b = (device.asarray(rng.standard_normal(s) * 3 + 1, dtype=dtype)
+                       for s in [shape, shape[1:2], shape[1:2]])
+            out.append((x, w, b, rtol))
+    x = device.xp.permute_dims(device.asarray(rng.standard_normal((4, 5, 6, 3)),
+                                              dtype="float32"), (0, 3, 1, 2))
+    w, b = (device.asarray(rng.standard_normal(3), dtype="float32") for _ in range(2))
+    return out + [(x, w, b, 1e-5)]
+
+
+def batch_norm_cases(device, rng):
+    return [((x, w, b, 1e-5), {}, rtol) for x, w, b, rtol in batch_inputs(device, rng)]
+
+
+def batch_norm_grad_cases(device, rng):
+    """With the forward's y, and without (a fast forward keeps none)."""
+    from needle.ops.norm import batch_norm_portable
+
+    cases = []
+    for x, w, b, rtol in batch_inputs(device, rng):
+        _, y, s, mean, _ = batch_norm_portable(x, w, b, 1e-5)
+        g = device.asarray(rng.standard_normal(tuple(x.shape)), dtype=x.dtype)
+        cases += [((g, x, w, y, s, mean), {}, rtol), ((g, x, w, None, s, mean), {}, rtol)]
+    return cases
+
+
 def dropout_cases(device, rng):
     """float32 and float64 x against float32 draws (a GPU's generator) and float64 ones
     (numpy's), with draws equal to keep (kept) and x holding -0, inf and NaN: rtol 0."""
@@ -420,7 +452,10 @@ def sum_cases(device, rng):
         cases.append(((a, axes, keepdims), {}, 1e-5 if dtype == "float32" else 1e-12))
     view = device.xp.permute_dims(device.asarray(rng.standard_normal((7, 40)), dtype="float32"),
                                   (1, 0))
-    return cases + [((view, (1,), True), {}, 1e-5)]
+    channels_last = device.xp.permute_dims(  # an NCHW bias adjoint, NHWC in memory
+        device.asarray(rng.standard_normal((4, 5, 6, 3)), dtype="float32"), (0, 3, 1, 2))
+    return cases + [((view, (1,), True), {}, 1e-5), ((channels_last, (0, 2, 3), False), {}, 1e-5),
+                    ((channels_last, (0, 2, 3), True), {}, 1e-5)]
 
 
 CASES = {"im2col": im2col_cases, "index_add": index_add_cases,
@@ -428,6 +463,7 @@ CASES = {"im2col": im2col_cases, "index_add": index_add_cases,
          "add_to_fresh": add_to_fresh_cases, "add_n": add_n_cases, "adam": adam_cases,
          "sgd": sgd_cases, "adam_many": adam_many_cases, "sgd_many": sgd_many_cases,
          "normalize": normalize_cases, "normalize_grad": normalize_grad_cases,
+         "batch_norm": batch_norm_cases, "batch_norm_grad": batch_norm_grad_cases,
          "dropout": dropout_cases, "relu_grad": relu_grad_cases,
          "moving_average": moving_average_cases, "moving_averages": moving_averages_cases,
          "matmul": matmul_cases, "lstm_state": lstm_state_cases,
@@ -437,8 +473,9 @@ CASES = {"im2col": im2col_cases, "index_add": index_add_cases,
          "conv_weight_grad": conv_weight_grad_cases, "softmax": softmax_cases,
          "softmax_grad": softmax_grad_cases}
 #: kernels with an output only the reference fills, as a cache for a later kernel (conv's
-#: windows, None where the fast version gathers none): compared are the others
-COMPARED = {"conv": lambda result: result[0]}
+#: windows, batch norm's y: None where the fast version keeps none): compared are the others
+COMPARED = {"conv": lambda result: result[0],
+            "batch_norm": lambda result: result[:1] + result[2:]}  # y: a fast one keeps none
 
 
 def _as_tuple(x):

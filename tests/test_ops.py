@@ -147,6 +147,20 @@ def np_normalize(a, axes, eps=1e-5):
     return c / np.sqrt((c * c).mean(axis=axes, keepdims=True) + eps)
 
 
+def np_batch_norm(x, w, b):
+    """x standardised over every axis but 1, times w plus b along axis 1."""
+    along = (-1,) + (1,) * (x.ndim - 2)
+    return np_normalize(x, (0, *range(2, x.ndim))) * w.reshape(along) + b.reshape(along)
+
+
+def np_batch_norm_grad(x, w, g):
+    """(dx, dw, db) of np_batch_norm for the output's adjoint g, combined as in the case:
+    dx + 3 dw + db (a 2-d x: the (C,) vectors broadcast along its rows)."""
+    axes = (0,)
+    dx = np_normalize_grad(x, g * w, axes, 1e-5)
+    return dx + 3.0 * (g * np_normalize(x, axes)).sum(0) + g.sum(0)
+
+
 def np_normalize_grad(x, g, axes, eps):
     """The vector-Jacobian product of np_normalize, by the chain rule written out by hand."""
     n = np.prod([x.shape[a] for a in axes])
@@ -274,6 +288,11 @@ CASES = [
          lambda a: np_normalize(a, (0, 2, 3)), [(3, 2, 2, 3)]),
     Case("normalize_grad_channels", lambda x, g: ndl.NormalizeGrad((0, 2, 3), 1e-5)(x, g),
          lambda x, g: np_normalize_grad(x, g, (0, 2, 3), 1e-5), [(2, 3, 2, 2), (2, 3, 2, 2)]),
+    Case("batch_norm", ndl.ops.batch_norm, np_batch_norm, [(6, 3), (3,), (3,)]),
+    Case("batch_norm_nchw", ndl.ops.batch_norm, np_batch_norm, [(3, 2, 2, 3), (2,), (2,)]),
+    Case("batch_norm_grad",  # its three adjoints, whose gradients are BatchNorm's second order
+         lambda x, w, g: (lambda t: t[0] + t[1] * 3.0 + t[2])(
+             ndl.ops.BatchNormGrad(1e-5)(x, w, g)), np_batch_norm_grad, [(5, 3), (3,), (5, 3)]),
     Case("normalize_grad", lambda x, g: ndl.NormalizeGrad((0,), 1e-5)(x, g),
          lambda x, g: np_normalize_grad(x, g, (0,), 1e-5), [(5, 3), (5, 3)]),
     Case("normalize_grad_last", lambda x, g: ndl.NormalizeGrad((1,), 0.5)(x, g),
@@ -684,6 +703,42 @@ def test_scale_shift_second_order(device):
 
     check_gradients(grad_dot, rng.standard_normal((3, 4)), rng.standard_normal(4),
                     rng.standard_normal(4), device=device)
+
+
+@pytest.mark.parametrize("shape", [(50, 4), (3, 4, 5, 6)])
+def test_batch_norm_gives_normalize_then_scale_shifts_numbers(shape, device):
+    """BatchNorm (one node) against the two nodes it replaced, Normalize over every axis but 1
+    and ScaleShift along axis 1, float32: the same numbers to the bit where the portable
+    rule runs (cuda's included: the same kernels in the same order); torch's is PyTorch's own
+    batch norm with the affine map: a few ulps. The statistics are the same arrays' numbers."""
+    rng = np.random.default_rng(14)
+    x_host, g_host = (rng.standard_normal(shape) * 2 + 1 for _ in range(2))
+    w_host, b_host = rng.standard_normal((2, shape[1]))
+    axes = (0, *range(2, len(shape)))
+    got = []
+    for fused in (True, False):
+        x, w, b = (ndl.Tensor(a, device=device, dtype="float32")
+                   for a in (x_host, w_host, b_host))
+        if fused:
+            op = ndl.ops.BatchNorm(1e-5)
+            out = op(x, w, b)
+        else:
+            op = ndl.ops.Normalize(axes, 1e-5)
+            out = ndl.ops.scale_shift(op(x), w, b, axis=1)
+        out.backward(ndl.Tensor(g_host, device=device, dtype="float32"))
+        got.append([out.numpy(), x.grad.numpy(), w.grad.numpy(), b.grad.numpy()]
+                   + [device.to_numpy(a) for a in op.stats])
+    tolerance = {"rtol": 1e-5, "atol": 1e-5} if device.kind == "torch" else {"rtol": 0}
+    for fused, parts in zip(*got):
+        np.testing.assert_allclose(fused, parts, **tolerance)
+
+
+def test_batch_norm_checks_its_shapes(device):
+    x = ndl.Tensor(np.ones((4, 3, 2)), device=device)
+    with pytest.raises(ValueError, match=r"batch_norm: .*shape \(C,\), found \(4, 3, 2\), "
+                                         r"\(2,\) and \(3,\)"):
+        ndl.ops.batch_norm(x, ndl.Tensor(np.ones(2), device=device),
+                           ndl.Tensor(np.ones(3), device=device))
 
 
 def test_scale_shift_along_an_axis_checks_its_vectors(device):

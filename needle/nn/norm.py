@@ -90,11 +90,12 @@ class BatchNorm1d(Module):
             inv_std = _inv_std(self.running_var, self.eps)
             scale = self.weight * Tensor.make_const(inv_std, device=x.device)
             return ops.scale_shift(x, scale, self.bias - self.running_mean * scale, axis)
-        # one fused node standardises with the batch mean and the biased batch variance
-        op = ops.Normalize(self._axes, self.eps)
-        out = op(x)  # compute set op.stats
+        # one fused node standardises with the batch mean and the biased batch variance,
+        # then scales and shifts (Normalize and ScaleShift's numbers)
+        op = ops.BatchNorm(self.eps)
+        out = op(x, self.weight, self.bias)  # compute set op.stats
         self._update_running(*op.stats)
-        return ops.scale_shift(out, self.weight, self.bias, axis)
+        return out
 
     def _update_running(self, mean, var) -> None:
         """running = (1 - m) running + m batch, on raw arrays: no graph is recorded.
@@ -116,9 +117,9 @@ class BatchNorm2d(BatchNorm1d):
     _axes, _channel_axis = (0, 2, 3), 1
 
     def forward(self, x: Tensor) -> Tensor:
-        """BatchNorm1d's normalisation over N, H and W of NCHW x, in two nodes (the course's
-        permute and reshape nodes around them are not made: the Normalize op reads the
-        layout itself, with BatchNorm1d's kernels and numbers)."""
+        """BatchNorm1d's normalisation over N, H and W of NCHW x, in one node (the course's
+        permute and reshape nodes around it are not made: the BatchNorm op reads the layout
+        itself, with BatchNorm1d's kernels and numbers)."""
         if x.ndim != 4 or x.shape[1] != self.dim:
             raise ValueError(f"BatchNorm2d: expected input of shape (N, {self.dim}, H, W), "
                              f"found {x.shape}")

@@ -25,7 +25,7 @@ from .movement import (
     UnDilate, broadcast_to, dilate, flip, get_item, permute, reshape, sum_to_shape, transpose,
     undilate,
 )
-from .norm import Normalize, NormalizeGrad, normalize
+from .norm import BatchNorm, BatchNormGrad, Normalize, NormalizeGrad, batch_norm, normalize
 from .pool import (
     AvgPool2dOp, Fold2d, MaxPool2dOp, Unfold2d, avg_pool2d, fold2d, max_pool2d, unfold2d,
 )
@@ -51,7 +51,7 @@ __all__ = [
     "Summation", "SumToShape", "logsoftmax", "logsumexp", "max", "sum_to_shape", "summation",
     "FusedAddScalars", "MakeTensorTuple", "OneHotTuple", "Split", "Stack", "TupleGetItem",
     "fused_add_scalars", "make_tuple", "split", "stack", "tuple_get_item", "as_scalar",
-    "Normalize", "NormalizeGrad", "normalize",
+    "Normalize", "NormalizeGrad", "normalize", "BatchNorm", "BatchNormGrad", "batch_norm",
     "Conv", "ConvInputGrad", "ConvWeightGrad", "Im2Col", "Col2Im", "Taps", "Pad", "conv",
     "im2col", "pad",
     "AvgPool2dOp", "Fold2d", "MaxPool2dOp", "Unfold2d", "avg_pool2d", "fold2d",
