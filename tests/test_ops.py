@@ -303,6 +303,11 @@ CASES = [
     Case("matmul_batch_right", lambda a, b: a @ b, np.matmul, [(5, 4), (6, 6, 4, 3)]),
     Case("matmul_batch_both", lambda a, b: a @ b, np.matmul, [(3, 3, 2), (3, 2, 3)]),
     Case("matmul_batch_bcast", lambda a, b: a @ b, np.matmul, [(2, 1, 3, 2), (4, 2, 3)]),
+    Case("matmul_batch_4d", lambda a, b: a @ b, np.matmul, [(2, 3, 4, 5), (2, 3, 5, 2)]),
+    Case("matmul_heads",  # attention's heads: permuted (B, H, T, D) views of (B, T, H, D)
+         lambda a, b: ndl.permute(a, (0, 2, 1, 3)) @ ndl.permute(b, (0, 2, 3, 1)),
+         lambda a, b: a.transpose(0, 2, 1, 3) @ b.transpose(0, 2, 3, 1),
+         [(2, 4, 3, 5), (2, 6, 3, 5)]),
     Case("matmul_t_a", lambda a, b: ndl.MatMul(True, False)(a, b),
          lambda a, b: np.swapaxes(a, -1, -2) @ b, [(2, 4, 5), (4, 3)]),
     Case("matmul_t_b", lambda a, b: ndl.MatMul(False, True)(a, b),
@@ -642,6 +647,12 @@ def test_stack_of_nothing_or_of_non_tensors_is_refused(device):
         ndl.stack([], 0)
     with pytest.raises(TypeError, match="stack: expected Tensors, got float at position 1"):
         ndl.stack([x, 1.0], 0)
+
+
+def test_matmul_of_empty_stacks(device):
+    a, b = (ndl.Tensor(np.ones(s), device=device) for s in [(2, 0, 3, 4), (2, 0, 4, 5)])
+    out = a @ b
+    assert out.shape == (2, 0, 3, 5) and out.numpy().size == 0
 
 
 def test_matmul_batch_dimensions_that_do_not_broadcast(device):
