@@ -86,9 +86,15 @@ class SumToShape(TensorOp):
         self.axes = tuple(axes)
 
     def compute(self, a):
-        xp = namespace(a)
-        out = SUM(a, self.axes, True) if self.axes else a
-        return out if out.shape == self.shape else xp.reshape(out, self.shape)
+        axes = self.axes
+        if axes:
+            # without the summed axes when that is the shape already (a bias's (C,) from
+            # (N, T, C)): no reshape
+            dropped = len(a.shape) - len(axes) == len(self.shape) and all(
+                s == t for s, t in zip((n for i, n in enumerate(a.shape) if i not in axes),
+                                       self.shape))
+            a = SUM(a, axes, not dropped)
+        return a if tuple(a.shape) == self.shape else namespace(a).reshape(a, self.shape)
 
     def gradient(self, out_grad, node):
         return broadcast_to(out_grad, node.inputs[0].shape)
