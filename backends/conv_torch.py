@@ -106,3 +106,19 @@ def conv_weight_grad_torch(a: torch.Tensor, g: torch.Tensor, kernel: tuple[int, 
         grad = _convolution_backward(g, a, like, None, [stride, stride], [padding, padding],
                                      _ONE, False, _ZERO, 1, [False, True, False])[1]
     return grad.permute(2, 3, 1, 0)
+
+
+def conv_grads_torch(g: torch.Tensor, a: torch.Tensor, b: torch.Tensor, stride: int,
+                     padding: int, cols: Any = None, layout: str = "NHWC",
+                     bias: bool = False) -> Any:
+    """All of the adjoints in one PyTorch convolution backward (as PyTorch's own layers):
+    the input's, the weights' and, with `bias`, the bias's; `cols` is the reference's."""
+    if not _floating(g, a, b):
+        return NotImplemented
+    with _float32_precision(g):
+        da, dw, dbias = _convolution_backward(
+            _nchw(g, layout), _nchw(a, layout), b.permute(3, 2, 0, 1),
+            [b.shape[3]] if bias else None, [stride, stride], [padding, padding], _ONE, False,
+            _ZERO, 1, [True, True, bias])
+    out = (_from_nchw(da, layout), dw.permute(2, 3, 1, 0))
+    return out + (dbias,) if bias else out

@@ -397,6 +397,20 @@ def conv_weight_grad_cases(device, rng):
     return cases
 
 
+def conv_grads_cases(device, rng):
+    """NHWC without the bias and with the forward's windows; NCHW with the bias's adjoint."""
+    from needle.ops.conv import im2col_portable
+
+    cases = []
+    for a, b, _, stride, padding, g, rtol in conv_inputs(device, rng):
+        cols = im2col_portable(a, tuple(b.shape[:2]), stride, padding)
+        cases += [((g, a, b, stride, padding), {}, rtol),
+                  ((g, a, b, stride, padding, cols), {}, rtol),
+                  ((_nchw(device, g), _nchw(device, a), b, stride, padding, None, "NCHW", True),
+                   {}, rtol)]
+    return cases
+
+
 def softmax_inputs(device, rng):
     """Attention-like logits (B, H, T, T) in float32 and float64, a row of -inf and one of
     huge values, a transposed view, a 2-d array and a causal mask wider than it is tall."""
@@ -470,8 +484,8 @@ CASES = {"im2col": im2col_cases, "index_add": index_add_cases,
          "lstm_output": lstm_output_cases, "lstm_state_grad": lstm_state_grad_cases,
          "lstm_output_grad": lstm_output_grad_cases, "col2im": col2im_cases,
          "sum": sum_cases, "conv": conv_cases, "conv_input_grad": conv_input_grad_cases,
-         "conv_weight_grad": conv_weight_grad_cases, "softmax": softmax_cases,
-         "softmax_grad": softmax_grad_cases}
+         "conv_weight_grad": conv_weight_grad_cases, "conv_grads": conv_grads_cases,
+         "softmax": softmax_cases, "softmax_grad": softmax_grad_cases}
 #: kernels with an output only the reference fills, as a cache for a later kernel (conv's
 #: windows, batch norm's y: None where the fast version keeps none): compared are the others
 COMPARED = {"conv": lambda result: result[0],

@@ -147,6 +147,15 @@ def np_normalize(a, axes, eps=1e-5):
     return c / np.sqrt((c * c).mean(axis=axes, keepdims=True) + eps)
 
 
+def np_conv_grads(g, a, b):
+    """(da, db, dbias) of a stride-2, padding-1 conv of NHWC a (2, 7, 6, 2) with b (3, 3, 2,
+    3) for the output's adjoint g (2, 4, 3, 3), as the conv_input_grad and conv_weight_grad
+    cases compute them."""
+    da = np_col2im(g @ b.reshape(-1, 3).T, a.shape, 3, 2, 1)
+    db = (np_im2col(a, 3, 2, 1).reshape(-1, 18).T @ g.reshape(-1, 3)).reshape(3, 3, 2, 3)
+    return da, db, g.sum((0, 1, 2))
+
+
 def np_batch_norm(x, w, b):
     """x standardised over every axis but 1, times w plus b along axis 1."""
     along = (-1,) + (1,) * (x.ndim - 2)
@@ -348,6 +357,21 @@ CASES = [
     Case("conv_weight_grad", lambda a, g: ndl.ops.ConvWeightGrad((3, 3), 2, 1)(a, g),
          lambda a, g: (np_im2col(a, 3, 2, 1).reshape(-1, 18).T @ g.reshape(-1, 3)).reshape(
              3, 3, 2, 3), [(2, 7, 6, 2), (2, 4, 3, 3)]),
+    # all of them in one op (nn.Conv's backward), and the bias's alone
+    Case("conv_grads", lambda g, a, b: (lambda t: t[0].sum() + (t[1] ** 2).sum())(
+        ndl.ops.ConvGrads(2, 1)(g, a, b)),
+         lambda g, a, b: np_conv_grads(g, a, b)[0].sum() + (np_conv_grads(g, a, b)[1] ** 2).sum(),
+         [(2, 4, 3, 3), (2, 7, 6, 2), (3, 3, 2, 3)]),
+    Case("conv_grads_bias_nchw", lambda g, a, b: (
+        lambda t: (t[0] ** 2).sum() + t[1].sum() + (t[2] ** 3).sum())(
+        ndl.ops.ConvGrads(2, 1, "NCHW", bias=True)(g, a, b)),
+         lambda g, a, b: (lambda da, db, dc: (da ** 2).sum() + db.sum() + (dc ** 3).sum())(
+             *np_conv_grads(g.transpose(0, 2, 3, 1), a.transpose(0, 2, 3, 1), b)),
+         [(2, 3, 4, 3), (2, 2, 7, 6), (3, 3, 2, 3)]),
+    Case("bias_grad", lambda g: ndl.ops.BiasGrad()(g), lambda g: g.sum((0, 1, 2)),
+         [(2, 4, 3, 3)]),
+    Case("bias_grad_nchw", lambda g: ndl.ops.BiasGrad("NCHW")(g), lambda g: g.sum((0, 2, 3)),
+         [(2, 3, 4, 5)]),
     Case("pad", lambda a: ndl.pad(a, ((0, 0), (1, 2), (0, 3))),
          lambda a: np.pad(a, ((0, 0), (1, 2), (0, 3))), [(2, 3, 2)]),
     Case("pad_2d", lambda a: ndl.pad(a, ((1, 0), (2, 1))), lambda a: np.pad(a, ((1, 0), (2, 1))),

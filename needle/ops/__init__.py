@@ -11,8 +11,8 @@ from .scalar import (
 )
 from .unary import Exp, Log, ReLU, Sigmoid, Tanh, exp, log, relu, sigmoid, tanh
 from .dtypes import AsType, astype
-from .conv import (Col2Im, Conv, ConvInputGrad, ConvWeightGrad, Im2Col, Pad, Taps, conv,
-                   im2col, pad)
+from .conv import (BiasGrad, Col2Im, Conv, ConvGrads, ConvInputGrad, ConvWeightGrad, Im2Col,
+                   Pad, Taps, conv, im2col, pad)
 from .dropout import DropoutMask, dropout_mask
 from .embedding import EmbeddingLookup, SegmentSum, embedding
 from .linalg import Affine, MatMul, affine, matmul
@@ -52,7 +52,8 @@ __all__ = [
     "FusedAddScalars", "MakeTensorTuple", "OneHotTuple", "Split", "Stack", "TupleGetItem",
     "fused_add_scalars", "make_tuple", "split", "stack", "tuple_get_item", "as_scalar",
     "Normalize", "NormalizeGrad", "normalize", "BatchNorm", "BatchNormGrad", "batch_norm",
-    "Conv", "ConvInputGrad", "ConvWeightGrad", "Im2Col", "Col2Im", "Taps", "Pad", "conv",
+    "Conv", "ConvInputGrad", "ConvWeightGrad", "ConvGrads", "BiasGrad", "Im2Col", "Col2Im",
+    "Taps", "Pad", "conv",
     "im2col", "pad",
     "AvgPool2dOp", "Fold2d", "MaxPool2dOp", "Unfold2d", "avg_pool2d", "fold2d",
     "max_pool2d", "unfold2d", "EmbeddingLookup", "SegmentSum", "embedding",

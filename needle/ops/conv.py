@@ -21,14 +21,13 @@ whose reference is the portable one: tests/test_kernels.py checks they agree).
 
 from __future__ import annotations
 
-from ..autograd.tensor import Tensor, TensorOp
+from ..autograd.tensor import Tensor, TensorOp, TensorTupleOp
 from ..backends import namespace
-from ..kernels import ADD_TO_FRESH, Kernel
+from ..kernels import ADD_TO_FRESH, SUM, Kernel
 from .axes import int_at_least
 from .dtypes import PromotingOp
 from .linalg import MATMUL
-from .movement import GetItem, permute, reshape, sum_to_shape
-from .reduce import summation
+from .movement import GetItem, broadcast_to, permute, reshape
 from .windows import add_windows, window_slices
 
 
@@ -260,6 +259,24 @@ def conv_weight_grad_portable(a, g, kernel: tuple[int, int], stride: int, paddin
     return xp.reshape(out, (kernel[0], kernel[1], a.shape[-1], c_out))
 
 
+def _bias_grad(xp, g, layout: str):
+    """The bias's adjoint: g summed over N, H and W (NHWC: as (N*H*W, C) rows)."""
+    if layout == "NCHW":
+        return SUM(g, (0, 2, 3))
+    return SUM(xp.reshape(g, (-1, g.shape[-1])), (0,))
+
+
+def conv_grads_portable(g, a, b, stride: int, padding: int, cols=None, layout: str = "NHWC",
+                        bias: bool = False):
+    """(input's adjoint, weights' adjoint[, bias's adjoint]) for the output's adjoint `g`:
+    CONV_INPUT_GRAD's, CONV_WEIGHT_GRAD's (reusing `cols`) and, with `bias`, g summed over N,
+    H and W (the numbers of the three separate adjoints)."""
+    xp = namespace(g)
+    da = CONV_INPUT_GRAD(g, b, tuple(a.shape), stride, padding, layout)
+    db = CONV_WEIGHT_GRAD(a, g, tuple(b.shape[:2]), stride, padding, cols, layout)
+    return (da, db, _bias_grad(xp, g, layout)) if bias else (da, db)
+
+
 #: the convolution and its two adjoints: on torch and jax the library's own convolution
 #: (cuDNN on a GPU), which sums in another order than im2col and a matmul
 CONV = Kernel("conv", conv_portable, fast={"torch": "needle.backends.conv_torch:conv_torch",
@@ -270,6 +287,10 @@ CONV_INPUT_GRAD = Kernel("conv_input_grad", conv_input_grad_portable,
 CONV_WEIGHT_GRAD = Kernel("conv_weight_grad", conv_weight_grad_portable,
                           fast={"torch": "needle.backends.conv_torch:conv_weight_grad_torch",
                                 "jax": "needle.backends.conv_jax:conv_weight_grad_jax"})
+#: all of a convolution's adjoints at once: on torch one convolution backward for the input,
+#: the weights and the bias (as PyTorch's own step), where the three make three calls
+CONV_GRADS = Kernel("conv_grads", conv_grads_portable,
+                    fast={"torch": "needle.backends.conv_torch:conv_grads_torch"})
 
 
 def _layout(layout: str) -> str:
@@ -323,6 +344,11 @@ class Conv(PromotingOp):
         a, b = node.inputs[:2]
         needs = node.needs_input_grad
         stride, padding, layout = self.stride, self.padding, self.layout
+        if needs[0] and needs[1]:  # every adjoint a layer's backward needs, in one op
+            bias = len(node.inputs) == 3 and needs[2]
+            parts = ConvGrads(stride, padding, layout, node.saved, bias)(out_grad, a, b)
+            return (parts[0], parts[1]) + ((parts[2],) if bias else (None,) * (
+                len(node.inputs) - 2))
         grad_a = grad_b = None
         if needs[0]:
             grad_a = ConvInputGrad(a.shape, stride, padding, layout)(out_grad, b)
@@ -333,10 +359,59 @@ class Conv(PromotingOp):
             return grad_a, grad_b
         if not needs[2]:
             return grad_a, grad_b, None
-        if layout == "NCHW":
-            return grad_a, grad_b, summation(out_grad, (0, 2, 3))
-        c_out = out_grad.shape[-1]
-        return grad_a, grad_b, sum_to_shape(reshape(out_grad, (-1, c_out)), (c_out,))
+        return grad_a, grad_b, BiasGrad(layout)(out_grad)
+
+
+class BiasGrad(TensorOp):
+    """A convolution bias's adjoint: the output's adjoint summed over N, H and W."""
+
+    def __init__(self, layout: str = "NHWC"):
+        self.layout = _layout(layout)
+
+    def compute(self, g):
+        return _bias_grad(namespace(g), g, self.layout)
+
+    def gradient(self, out_grad, node):
+        shape = tuple(node.inputs[0].shape)
+        along = (1, -1, 1, 1) if self.layout == "NCHW" else (1, 1, 1, -1)
+        return broadcast_to(reshape(out_grad, along), shape)
+
+
+class ConvGrads(TensorTupleOp):
+    """All of conv's adjoints in one op: (the output's adjoint g, input a, weights b) ->
+    (the input's, the weights' and, with `bias`, the bias's adjoint), in `layout`; `saved`
+    is (input, its windows) of the forward, reused for that very input.
+
+    Their gradient: d<CIG(g, b), ha>/dg = Conv(ha, b), /db = CWG(ha, g); d<CWG(a, g), hb>/dg
+    = Conv(a, hb), /da = CIG(g, hb); the bias's sum's adjoint hc adds along the channels of g
+    (Conv's own bias)."""
+
+    def __init__(self, stride: int, padding: int, layout: str = "NHWC",
+                 saved: tuple | None = None, bias: bool = False):
+        self.stride = int_at_least("conv", "stride", stride, 1)
+        self.padding = int_at_least("conv", "padding", padding, 0)
+        self.layout = _layout(layout)
+        self.saved = saved
+        self.bias = bool(bias)
+
+    def compute(self, g, a, b):
+        saved = self.saved
+        cols = saved[1] if saved is not None and saved[0] is a else None
+        return CONV_GRADS(g, a, b, self.stride, self.padding, cols, self.layout, self.bias)
+
+    def gradient(self, out_grad, node):
+        g, a, b = node.inputs
+        need_g, need_a, need_b = node.needs_input_grad
+        stride, padding, layout = self.stride, self.padding, self.layout
+        ha, hb = out_grad[0], out_grad[1]
+        grad_g = None
+        if need_g:
+            conv = Conv(stride, padding, layout)
+            grad_g = (conv(ha, b, out_grad[2]) if self.bias else conv(ha, b)) + conv(a, hb)
+        return (grad_g,
+                ConvInputGrad(a.shape, stride, padding, layout)(g, hb) if need_a else None,
+                ConvWeightGrad(b.shape[:2], stride, padding, None, layout)(ha, g)
+                if need_b else None)
 
 
 class ConvInputGrad(PromotingOp):
