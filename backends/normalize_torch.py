@@ -107,6 +107,28 @@ def batch_norm_grad_torch(g: Any, x: Any, w: Any, y: Any, s: Any, mean: Any) -> 
         g, x, w, None, None, mean.reshape(-1), s.reshape(-1), True, 0.0, [True, True, True]))
 
 
+def layer_norm_torch(x: Any, w: Any, b: Any, eps: float) -> Any:
+    """(out, None, s, mean) as layer_norm_portable, without y (the backward reads x): PyTorch's
+    layer norm with the affine map, one op."""
+    if not (x.ndim and x.numel() and x.dtype in (torch.float32, torch.float64)
+            and w.dtype == b.dtype == x.dtype):
+        return NotImplemented
+    out, mean, s = torch.native_layer_norm(x, [x.shape[-1]], w, b, eps)
+    return out, None, s, mean
+
+
+def layer_norm_grad_torch(g: Any, x: Any, w: Any, y: Any, s: Any, mean: Any) -> Any:
+    """(dx, dw, db): PyTorch's layer-norm backward, all three in one op, from x, the mean and
+    the inverse deviation (y is not read)."""
+    if not (x.ndim and x.numel() and x.dtype in (torch.float32, torch.float64)
+            and g.dtype == w.dtype == s.dtype == mean.dtype == x.dtype
+            and tuple(g.shape) == tuple(x.shape)
+            and tuple(s.shape) == tuple(mean.shape) == tuple(x.shape[:-1]) + (1,)):
+        return NotImplemented
+    return tuple(torch.ops.aten.native_layer_norm_backward(
+        g, x, [x.shape[-1]], mean, s, w, w, [True, True, True]))
+
+
 def moving_averages_torch(old_mean: Any, old_var: Any, batch_mean: Any, batch_var: Any,
                           m: float) -> Any:
     """(old * (1 - m) + batch * m) for the running mean and variance: two foreach products

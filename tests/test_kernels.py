@@ -215,11 +215,37 @@ def batch_norm_cases(device, rng):
 
 def batch_norm_grad_cases(device, rng):
     """With the forward's y, and without (a fast forward keeps none)."""
-    from needle.ops.norm import batch_norm_portable
+    from needle.ops.affine_norm import batch_norm_portable
 
     cases = []
     for x, w, b, rtol in batch_inputs(device, rng):
         _, y, s, mean, _ = batch_norm_portable(x, w, b, 1e-5)
+        g = device.asarray(rng.standard_normal(tuple(x.shape)), dtype=x.dtype)
+        cases += [((g, x, w, y, s, mean), {}, rtol), ((g, x, w, None, s, mean), {}, rtol)]
+    return cases
+
+
+def layer_norm_cases(device, rng):
+    """LayerNorm's (..., C) over the last axis: 2-d, 3-d and a transposed view."""
+    cases = []
+    for dtype, rtol in (("float32", 1e-5), ("float64", 1e-12)):
+        for shape in [(6, 5), (3, 4, 37), (5, 600)]:
+            x, w, b = (device.asarray(rng.standard_normal(s) * 3 + 1, dtype=dtype)
+                       for s in [shape, shape[-1:], shape[-1:]])
+            cases.append(((x, w, b, 1e-5), {}, rtol))
+    view = device.xp.permute_dims(device.asarray(rng.standard_normal((7, 40)), dtype="float32"),
+                                  (1, 0))
+    w, b = (device.asarray(rng.standard_normal(7), dtype="float32") for _ in range(2))
+    return cases + [((view, w, b, 1e-5), {}, 1e-5)]
+
+
+def layer_norm_grad_cases(device, rng):
+    """With the forward's y, and without (a fast forward keeps none)."""
+    from needle.ops.affine_norm import layer_norm_portable
+
+    cases = []
+    for (x, w, b, eps), _, rtol in layer_norm_cases(device, rng):
+        _, y, s, mean = layer_norm_portable(x, w, b, eps)
         g = device.asarray(rng.standard_normal(tuple(x.shape)), dtype=x.dtype)
         cases += [((g, x, w, y, s, mean), {}, rtol), ((g, x, w, None, s, mean), {}, rtol)]
     return cases
@@ -478,6 +504,7 @@ CASES = {"im2col": im2col_cases, "index_add": index_add_cases,
          "sgd": sgd_cases, "adam_many": adam_many_cases, "sgd_many": sgd_many_cases,
          "normalize": normalize_cases, "normalize_grad": normalize_grad_cases,
          "batch_norm": batch_norm_cases, "batch_norm_grad": batch_norm_grad_cases,
+         "layer_norm": layer_norm_cases, "layer_norm_grad": layer_norm_grad_cases,
          "dropout": dropout_cases, "relu_grad": relu_grad_cases,
          "moving_average": moving_average_cases, "moving_averages": moving_averages_cases,
          "matmul": matmul_cases, "lstm_state": lstm_state_cases,
@@ -489,7 +516,8 @@ CASES = {"im2col": im2col_cases, "index_add": index_add_cases,
 #: kernels with an output only the reference fills, as a cache for a later kernel (conv's
 #: windows, batch norm's y: None where the fast version keeps none): compared are the others
 COMPARED = {"conv": lambda result: result[0],
-            "batch_norm": lambda result: result[:1] + result[2:]}  # y: a fast one keeps none
+            "batch_norm": lambda result: result[:1] + result[2:],  # y: a fast one keeps none
+            "layer_norm": lambda result: result[:1] + result[2:]}
 
 
 def _as_tuple(x):

@@ -170,6 +170,12 @@ def np_batch_norm_grad(x, w, g):
     return dx + 3.0 * (g * np_normalize(x, axes)).sum(0) + g.sum(0)
 
 
+def np_layer_norm_grad(x, w, g):
+    """(dx, dw, db) of LayerNorm over the last axis of a 2-d x, combined as dx + 3 dw + db."""
+    dx = np_normalize_grad(x, g * w, (1,), 1e-5)
+    return dx + 3.0 * (g * np_normalize(x, (1,))).sum(0) + g.sum(0)
+
+
 def np_normalize_grad(x, g, axes, eps):
     """The vector-Jacobian product of np_normalize, by the chain rule written out by hand."""
     n = np.prod([x.shape[a] for a in axes])
@@ -302,6 +308,11 @@ CASES = [
     Case("batch_norm_grad",  # its three adjoints, whose gradients are BatchNorm's second order
          lambda x, w, g: (lambda t: t[0] + t[1] * 3.0 + t[2])(
              ndl.ops.BatchNormGrad(1e-5)(x, w, g)), np_batch_norm_grad, [(5, 3), (3,), (5, 3)]),
+    Case("layer_norm", ndl.ops.layer_norm, lambda x, w, b: np_normalize(x, (-1,)) * w + b,
+         [(2, 3, 4), (4,), (4,)]),
+    Case("layer_norm_grad",
+         lambda x, w, g: (lambda t: t[0] + t[1] * 3.0 + t[2])(
+             ndl.ops.LayerNormGrad(1e-5)(x, w, g)), np_layer_norm_grad, [(5, 3), (3,), (5, 3)]),
     Case("normalize_grad", lambda x, g: ndl.NormalizeGrad((0,), 1e-5)(x, g),
          lambda x, g: np_normalize_grad(x, g, (0,), 1e-5), [(5, 3), (5, 3)]),
     Case("normalize_grad_last", lambda x, g: ndl.NormalizeGrad((1,), 0.5)(x, g),
@@ -766,6 +777,32 @@ def test_batch_norm_gives_normalize_then_scale_shifts_numbers(shape, device):
     tolerance = {"rtol": 1e-5, "atol": 1e-5} if device.kind == "torch" else {"rtol": 0}
     for fused, parts in zip(*got):
         np.testing.assert_allclose(fused, parts, **tolerance)
+
+
+@pytest.mark.parametrize("shape", [(50, 4), (3, 5, 4)])
+def test_layer_norm_gives_normalize_then_scale_shifts_numbers(shape, device):
+    """LayerNorm (one node) against Normalize over the last axis and ScaleShift: the same
+    numbers to the bit where the portable rule runs; torch's is PyTorch's layer norm with the
+    affine map: a few ulps."""
+    rng = np.random.default_rng(15)
+    x_host, g_host = (rng.standard_normal(shape) * 2 + 1 for _ in range(2))
+    w_host, b_host = rng.standard_normal((2, shape[-1]))
+    got = []
+    for fused in (True, False):
+        x, w, b = (ndl.Tensor(a, device=device, dtype="float32")
+                   for a in (x_host, w_host, b_host))
+        out = (ndl.ops.layer_norm(x, w, b) if fused else
+               ndl.ops.scale_shift(ndl.ops.normalize(x, (len(shape) - 1,)), w, b))
+        out.backward(ndl.Tensor(g_host, device=device, dtype="float32"))
+        got.append([out.numpy(), x.grad.numpy(), w.grad.numpy(), b.grad.numpy()])
+    tolerance = {"rtol": 1e-5, "atol": 1e-5} if device.kind == "torch" else {"rtol": 0}
+    for fused, parts in zip(*got):
+        np.testing.assert_allclose(fused, parts, **tolerance)
+    with pytest.raises(ValueError, match=r"layer_norm: expected an input of shape \(\.\.\., C\) "
+                                         r".*found \(50, 4\), \(3,\) and \(4,\)"):
+        ndl.ops.layer_norm(ndl.Tensor(np.ones((50, 4)), device=device),
+                           ndl.Tensor(np.ones(3), device=device),
+                           ndl.Tensor(np.ones(4), device=device))
 
 
 def test_batch_norm_checks_its_shapes(device):

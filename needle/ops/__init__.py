@@ -25,7 +25,9 @@ from .movement import (
     UnDilate, broadcast_to, dilate, flip, get_item, permute, reshape, sum_to_shape, transpose,
     undilate,
 )
-from .norm import BatchNorm, BatchNormGrad, Normalize, NormalizeGrad, batch_norm, normalize
+from .norm import Normalize, NormalizeGrad, normalize
+from .affine_norm import (BatchNorm, BatchNormGrad, LayerNorm, LayerNormGrad, batch_norm,
+                          layer_norm)
 from .pool import (
     AvgPool2dOp, Fold2d, MaxPool2dOp, Unfold2d, avg_pool2d, fold2d, max_pool2d, unfold2d,
 )
@@ -52,6 +54,7 @@ __all__ = [
     "FusedAddScalars", "MakeTensorTuple", "OneHotTuple", "Split", "Stack", "TupleGetItem",
     "fused_add_scalars", "make_tuple", "split", "stack", "tuple_get_item", "as_scalar",
     "Normalize", "NormalizeGrad", "normalize", "BatchNorm", "BatchNormGrad", "batch_norm",
+    "LayerNorm", "LayerNormGrad", "layer_norm",
     "Conv", "ConvInputGrad", "ConvWeightGrad", "ConvGrads", "BiasGrad", "Im2Col", "Col2Im",
     "Taps", "Pad", "conv",
     "im2col", "pad",
