@@ -20,4 +20,7 @@ def relu_grad_cuda(g: Any, a: Any) -> Any:
         return NotImplemented
     gpu = device_of(g)
     with gpu.native:
-        return gpu.elementwise_kernel("relu_grad", "X g, X a", "X y", RELU_GRAD_CUDA)(g, a)
+        # into an array laid out as g (a kernel's own output would be C-ordered: a
+        # convolution's channels-last adjoint would then need copies further on)
+        y = gpu.cupy.empty_like(g)
+        return gpu.elementwise_kernel("relu_grad", "X g, X a", "X y", RELU_GRAD_CUDA)(g, a, y)
