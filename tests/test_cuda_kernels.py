@@ -177,6 +177,26 @@ def test_the_cuda_namespace_calls_cupy_directly(gpu):
     _same_as_compat(gpu.xp, compat, cupy, cupy.asarray)
 
 
+def test_cuda_layout_of_a_convolutions_output_is_kept_by_relu_and_batch_norm(gpu):
+    """A convolution's NCHW output is channels-last in memory; ReLU's adjoint kernel and
+    BatchNorm's rows keep it so, so that nothing downstream copies it (the layout the kernels
+    write, with the reference's numbers)."""
+    from needle.backends.relu import relu_grad_cuda
+    from needle.ops.affine_norm import BATCH_NORM
+    from needle.ops.unary import relu_grad_portable
+
+    cupy = gpu.cupy
+    rng = np.random.default_rng(3)
+    g, a = (cupy.asarray(rng.standard_normal((4, 5, 6, 3)), dtype=cupy.float32)
+            .transpose(0, 3, 1, 2) for _ in range(2))
+    out = relu_grad_cuda(g, a)
+    assert out.strides == g.strides
+    np.testing.assert_array_equal(cupy.asnumpy(out), cupy.asnumpy(relu_grad_portable(g, a)))
+    w, b = (cupy.asarray(rng.standard_normal(3), dtype=cupy.float32) for _ in range(2))
+    y = BATCH_NORM(g, w, b, 1e-5)[0]
+    assert y.strides == g.strides
+
+
 #: needle's raw CUDA kernels: module of needle.backends -> (its source's name, its entries)
 RAW_KERNELS = {
     "cross_entropy": ("XENT_SOURCE", ("xent_rows",)),
