@@ -1,5 +1,5 @@
 """The window gather of a convolution (im2col) on numpy and cupy: one strided view of the
-zero-padded input, copied once (fast versions of needle.ops.conv.IM2COL)."""
+zero-padded input, copied once (fast versions of needle.ops.im2col.IM2COL)."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from harness import fresh_process_rounds, timed_steps
 
 import needle as ndl
 from needle.kernels import reference_only
-from needle.ops.conv import IM2COL
+from needle.ops.im2col import IM2COL
 
 # (C_in, C_out, kernel, stride, input H=W) of ResNet9's conv layers on 32x32 images
 LAYERS = [(3, 16, 7, 4, 32), (16, 32, 3, 2, 8), (32, 32, 3, 1, 4), (32, 64, 3, 2, 4),

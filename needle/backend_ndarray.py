@@ -175,7 +175,7 @@ class NDArray(metaclass=_AnyDeviceArray):
 
     def pad(self, axes: tuple[tuple[int, int], ...]) -> NDArray:
         """Zero-padded by one (before, after) pair per axis."""
-        from .ops.conv import Pad
+        from .ops.im2col import Pad
 
         return NDArray.view(Pad(axes).compute(self._array), self.device)
 

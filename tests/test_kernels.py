@@ -409,7 +409,7 @@ def conv_input_grad_cases(device, rng):
 def conv_weight_grad_cases(device, rng):
     """Without the forward's windows, and (the reference's own call) with them; NHWC, and
     NCHW (layout "NCHW": the windows are still the NHWC input's)."""
-    from needle.ops.conv import im2col_portable
+    from needle.ops.im2col import im2col_portable
 
     cases = []
     for a, b, _, stride, padding, g, rtol in conv_inputs(device, rng):
@@ -425,7 +425,7 @@ def conv_weight_grad_cases(device, rng):
 
 def conv_grads_cases(device, rng):
     """NHWC without the bias and with the forward's windows; NCHW with the bias's adjoint."""
-    from needle.ops.conv import im2col_portable
+    from needle.ops.im2col import im2col_portable
 
     cases = []
     for a, b, _, stride, padding, g, rtol in conv_inputs(device, rng):

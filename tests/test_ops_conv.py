@@ -13,7 +13,7 @@ import pytest
 
 import needle as ndl
 from needle import nn
-from needle.ops.conv import IM2COL, im2col_array
+from needle.ops.im2col import IM2COL, im2col_array
 from needle.testing import check_gradients
 
 

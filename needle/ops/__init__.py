@@ -11,8 +11,8 @@ from .scalar import (
 )
 from .unary import Exp, Log, ReLU, Sigmoid, Tanh, exp, log, relu, sigmoid, tanh
 from .dtypes import AsType, astype
-from .conv import (BiasGrad, Col2Im, Conv, ConvGrads, ConvInputGrad, ConvWeightGrad, Im2Col,
-                   Pad, Taps, conv, im2col, pad)
+from .conv import BiasGrad, Conv, ConvGrads, ConvInputGrad, ConvWeightGrad, conv
+from .im2col import Col2Im, Im2Col, Pad, Taps, im2col, pad
 from .dropout import DropoutMask, dropout_mask
 from .embedding import EmbeddingLookup, SegmentSum, embedding
 from .linalg import Affine, MatMul, affine, matmul
