@@ -179,10 +179,15 @@ def test_the_cuda_namespace_calls_cupy_directly(gpu):
 
 def test_cuda_layout_of_a_convolutions_output_is_kept_by_relu_and_batch_norm(gpu):
     """A convolution's NCHW output is channels-last in memory; ReLU's adjoint kernel and
-    BatchNorm's rows keep it so, so that nothing downstream copies it (the layout the kernels
-    write, with the reference's numbers)."""
+    BatchNorm's kernels (forward and adjoints) keep it so, so that nothing downstream copies
+    it (the layout the kernels write, with the reference's numbers to the bit)."""
     from needle.backends.relu import relu_grad_cuda
-    from needle.ops.affine_norm import BATCH_NORM
+    from needle.ops.affine_norm import (
+        BATCH_NORM,
+        BATCH_NORM_GRAD,
+        batch_norm_grad_portable,
+        batch_norm_portable,
+    )
     from needle.ops.unary import relu_grad_portable
 
     cupy = gpu.cupy
@@ -193,8 +198,13 @@ def test_cuda_layout_of_a_convolutions_output_is_kept_by_relu_and_batch_norm(gpu
     assert out.strides == g.strides
     np.testing.assert_array_equal(cupy.asnumpy(out), cupy.asnumpy(relu_grad_portable(g, a)))
     w, b = (cupy.asarray(rng.standard_normal(3), dtype=cupy.float32) for _ in range(2))
-    y = BATCH_NORM(g, w, b, 1e-5)[0]
-    assert y.strides == g.strides
+    out, y, s, mean, _ = BATCH_NORM(g, w, b, 1e-5)
+    assert out.strides == y.strides == g.strides
+    dx, dw, db = BATCH_NORM_GRAD(a, g, w, y, s, mean)
+    assert dx.strides == g.strides and dw.shape == db.shape == (3,)
+    for got, want in zip((out, dx, dw, db), (*batch_norm_portable(g, w, b, 1e-5)[:1],
+                                             *batch_norm_grad_portable(a, g, w, y, s, mean))):
+        np.testing.assert_array_equal(cupy.asnumpy(got), cupy.asnumpy(want))
 
 
 #: needle's raw CUDA kernels: module of needle.backends -> (its source's name, its entries)
