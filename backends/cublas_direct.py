@@ -148,6 +148,9 @@ class Cublas:
         self.handle = ctypes.c_void_p()
         with device.native:
             _check(self.lib.cublasCreate_v2(ctypes.byref(self.handle)), "cublasCreate")
+        #: (stream, workspace) the handle launches on and uses now; the eager workspace
+        self.bound: tuple[int, int] | None = None
+        self.workspace: Any = None
 
     def bind(self, stream_ptr: int, workspace_ptr: int, nbytes: int) -> None:
         """Launch on stream `stream_ptr`, using `nbytes` of workspace at `workspace_ptr`
@@ -155,6 +158,19 @@ class Cublas:
         _check(self.lib.cublasSetStream_v2(self.handle, stream_ptr), "cublasSetStream")
         _check(self.lib.cublasSetWorkspace_v2(self.handle, workspace_ptr, nbytes),
                "cublasSetWorkspace")
+        self.bound = (stream_ptr, workspace_ptr)
+
+    def on_current_stream(self) -> Cublas:
+        """The handle bound to cupy's current stream and a workspace of its own (outside a
+        capture: a capture binds it to its stream and the graph's workspace)."""
+        cp = self.device.cupy
+        if self.workspace is None:
+            with self.device.native:
+                self.workspace = cp.empty(WORKSPACE_BYTES, dtype=cp.uint8)
+        here = (cp.cuda.get_current_stream().ptr, self.workspace.data.ptr)
+        if self.bound != here:
+            self.bind(*here, self.workspace.nbytes)
+        return self
 
     def matmul(self, a: Any, b: Any) -> Any:
         """a @ b (cupy float32 or float64, one dtype; batch dimensions broadcast) by one

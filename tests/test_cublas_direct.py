@@ -127,3 +127,50 @@ def test_direct_cublas_matches_cupy_matmul(dtype):
         cp.cuda.get_current_stream().synchronize()
     print(f"cases not bit-equal to cupy.matmul ({dtype}): {differ or 'none'}")
 
+
+
+def test_eager_products_bind_the_handle_to_the_current_stream_once():
+    """(no GPU: a fake cupy and libcublas) outside a capture the handle is bound to cupy's
+    current stream and a workspace of its own, once; again after a capture bound it to its
+    stream, or when the current stream changes."""
+    import contextlib
+    from types import SimpleNamespace as NS
+
+    calls = []
+    stream = NS(ptr=11)
+    cupy = NS(uint8="uint8", cuda=NS(get_current_stream=lambda: stream),
+              empty=lambda n, dtype: NS(data=NS(ptr=500), nbytes=n))
+    lib = NS(cublasSetStream_v2=lambda h, s: calls.append(("stream", s)) or 0,
+             cublasSetWorkspace_v2=lambda h, w, n: calls.append(("workspace", w, n)) or 0)
+    blas = cb.Cublas.__new__(cb.Cublas)  # (no cublasCreate)
+    blas.device, blas.lib, blas.handle = NS(cupy=cupy, native=contextlib.nullcontext()), lib, 0
+    blas.bound = blas.workspace = None
+    bound = [("stream", 11), ("workspace", 500, cb.WORKSPACE_BYTES)]
+    assert blas.on_current_stream() is blas and calls == bound
+    blas.on_current_stream()
+    assert calls == bound  # bound already: no cuBLAS call
+    blas.bind(99, 700, 10)  # a capture's stream and workspace
+    blas.on_current_stream()
+    assert calls[-2:] == bound and blas.bound == (11, 500)
+    stream.ptr = 12
+    blas.on_current_stream()
+    assert calls[-2:] == [("stream", 12), ("workspace", 500, cb.WORKSPACE_BYTES)]
+
+
+def test_eager_products_fall_back_to_cupy_without_the_library(monkeypatch):
+    """Where cuBLAS's library cannot be found (cupy older than 14: no cuda.pathfinder), the
+    direct calls are off for good and products are cupy's."""
+    from needle.backends import matmul
+
+    def missing(device):
+        raise ImportError("cannot import name 'pathfinder' from 'cuda'")
+
+    monkeypatch.setattr(matmul, "_UNAVAILABLE", [])
+    monkeypatch.setattr(cb, "for_device", missing)
+    assert matmul._direct(object()) is None
+    assert matmul._UNAVAILABLE == ["ImportError: cannot import name 'pathfinder' from 'cuda'"]
+    monkeypatch.setattr(cb, "for_device", lambda device: pytest.fail("tried again"))
+    assert matmul._direct(object()) is None
+    monkeypatch.setattr(matmul, "EAGER_DIRECT", False)
+    monkeypatch.setattr(matmul, "_UNAVAILABLE", [])
+    assert matmul._direct(object()) is None

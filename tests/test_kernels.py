@@ -297,16 +297,22 @@ def moving_averages_cases(device, rng):
 
 
 def matmul_cases(device, rng):
-    """2-d products (cuda: cupy.dot, the same cuBLAS call as cupy.matmul: rtol 0), a
-    transposed view, float64, and a batched product the fast version leaves to the reference."""
+    """2-d products (cuda: cupy.dot, the cuBLAS call cupy.matmul makes: rtol 0), a
+    transposed view, float64, batched products: one with a broadcast side (a convolution's
+    input adjoint; cuda: cuBLAS called directly, the same bits as cupy.matmul on an H100)
+    and one of transposed views (attention's; left to the reference)."""
     def arrays(*shapes, dtype="float32"):
         return [device.asarray(rng.standard_normal(s), dtype=dtype) for s in shapes]
 
     a, b = arrays((300, 70), (130, 70))
+    g, w = arrays((1, 96, 8), (9, 5, 8))
+    q, k = arrays((6, 4, 16), (6, 4, 16))
     return [(tuple(arrays((5, 4), (4, 3))), {}, 0),
             ((a, device.xp.permute_dims(b, (1, 0))), {}, 0),
             (tuple(arrays((64, 33), (33, 17), dtype="float64")), {}, 0),
-            (tuple(arrays((2, 5, 4), (2, 4, 3))), {}, 0)]
+            (tuple(arrays((2, 5, 4), (2, 4, 3))), {}, 0),
+            ((g, device.xp.matrix_transpose(w)), {}, 0),
+            ((device.xp.permute_dims(q, (1, 0, 2)), device.xp.permute_dims(k, (1, 2, 0))), {}, 0)]
 
 
 def lstm_arrays(device, rng, dtype, shapes):

@@ -15,7 +15,8 @@ def matmul_portable(a, b):
     return namespace(a).matmul(a, b)
 
 
-#: cuda's 2-d products skip cupy.matmul's Python-side checks (backends/matmul.py)
+#: cuda: one cuBLAS call made directly, skipping cupy.matmul's Python-side checks
+#: (backends/matmul.py)
 MATMUL = Kernel("matmul", matmul_portable, fast={"cuda": "needle.backends.matmul:matmul_cuda"})
 
 
