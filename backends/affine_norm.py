@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import device_of
+from .dtype_names import dtype_name
 from .normalize import _TYPES, normalize_cuda, normalize_grad_cuda
 from .sums import sum_cuda
 
@@ -29,7 +30,7 @@ def _along(ndim: int) -> tuple[int, ...]:
 
 
 def _fits(x: Any, *others: Any) -> bool:
-    return x.ndim >= 2 and x.dtype.name in _TYPES and all(
+    return x.ndim >= 2 and dtype_name(x.dtype) in _TYPES and all(
         o is not None and o.dtype == x.dtype for o in others)
 
 

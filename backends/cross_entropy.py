@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from .dtype_names import dtype_name
+
 
 def softmax_xent_cpu(logits: Any, labels: Any) -> tuple[Any, Any, Any]:
     """(mean cross-entropy, exp(logits - row max), row sums) of (n, k) floating `logits`
@@ -100,7 +102,7 @@ def softmax_xent_cuda(logits: Any, labels: Any) -> tuple[Any, Any, Any]:
     from . import device_of
 
     n, k = logits.shape
-    dtype = logits.dtype.name
+    dtype = dtype_name(logits.dtype)
     if not n or not k or dtype not in _TYPES:
         return NotImplemented  # the reference's call
     gpu = device_of(logits)
@@ -123,7 +125,8 @@ def softmax_xent_grad_cuda(e: Any, sums: Any, labels: Any, g: Any,
     from . import device_of
 
     n, k = e.shape
-    if not e.size or e.dtype.name not in _TYPES or g.dtype != e.dtype or sums.dtype != e.dtype:
+    if (not e.size or dtype_name(e.dtype) not in _TYPES or g.dtype != e.dtype
+            or sums.dtype != e.dtype):
         return NotImplemented  # the reference's call
     gpu = device_of(e)
     cp = gpu.cupy

@@ -21,6 +21,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .dtype_names import dtype_name
+
 #: cuBLAS and CUDA enums (cublas_api.h, library_types.h)
 OP_N, OP_T = 0, 1
 R_32F, R_64F = 0, 1
@@ -175,7 +177,7 @@ class Cublas:
     def matmul(self, a: Any, b: Any) -> Any:
         """a @ b (cupy float32 or float64, one dtype; batch dimensions broadcast) by one
         cuBLAS call on the bound stream; NotImplemented for other dtypes."""
-        if a.dtype != b.dtype or a.dtype.name not in ("float32", "float64"):
+        if a.dtype != b.dtype or dtype_name(a.dtype) not in ("float32", "float64"):
             return NotImplemented
         cp = self.device.cupy
         with self.device.native:
@@ -186,7 +188,7 @@ class Cublas:
             if p.k == 0:
                 out.fill(0)
                 return out
-            single = a.dtype.name == "float32"
+            single = dtype_name(a.dtype) == "float32"
             scalar = ctypes.c_float if single else ctypes.c_double
             one, zero = scalar(1.0), scalar(0.0)
             kind, compute = (R_32F, COMPUTE_32F) if single else (R_64F, COMPUTE_64F)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import device_of
+from .dtype_names import dtype_name
 
 #: y = (x * mask) / keep, the mask 1 where the draw u is at most keep (both in u's dtype)
 DROPOUT_CUDA = "y = (x * (u <= keep_u ? (X)1 : (X)0)) / keep_x;"
@@ -18,7 +19,7 @@ DROPOUT_CUDA = "y = (x * (u <= keep_u ? (X)1 : (X)0)) / keep_x;"
 
 def dropout_cuda(x: Any, draws: Any, keep: float) -> Any:
     """x * (draws <= keep) / keep in one kernel on x's GPU (float32 and float64 x)."""
-    if x.dtype.name not in ("float32", "float64"):
+    if dtype_name(x.dtype) not in ("float32", "float64"):
         return NotImplemented
     gpu = device_of(x)
     with gpu.native:

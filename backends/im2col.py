@@ -7,6 +7,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .dtype_names import dtype_name
+
 
 def strided_im2col(zeros: Callable[..., Any], as_strided: Callable[..., Any], a: Any,
                    kernel: tuple[int, int], stride: int, padding: int) -> Any:
@@ -71,7 +73,7 @@ def col2im_cuda(taps: Any, shape: tuple, kernel: tuple[int, int], stride: int,
     """The windows added back in one kernel: a gather per input pixel, no atomics."""
     from . import device_of
 
-    if taps.ndim != 5 or taps.dtype.name not in ("float32", "float64"):
+    if taps.ndim != 5 or dtype_name(taps.dtype) not in ("float32", "float64"):
         return NotImplemented
     gpu = device_of(taps)
     cp = gpu.cupy

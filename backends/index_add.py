@@ -8,6 +8,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .dtype_names import dtype_name
+
 
 def index_add_cpu(indices: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     """Sort the indices (stably, so each row keeps its order of addition) and add each run of
@@ -65,7 +67,7 @@ def index_add_cuda(indices: Any, values: Any, n: int) -> Any:
     gpu = device_of(values)
     cp = gpu.cupy
     m = indices.shape[0]
-    dtype = values.dtype.name
+    dtype = dtype_name(values.dtype)
     with gpu.native:
         if dtype not in _TYPES or not m:
             return scatter_add_rows(cp.zeros, cp.add.at, indices, values, n)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from . import device_of
+from .dtype_names import dtype_name
 
 _HEAD = """
 const ptrdiff_t b = i / H, j = i - b * H;
@@ -69,7 +70,7 @@ def _kernel(gpu: Any, name: str) -> Any:
 
 def _fits(z: Any, *others: Any) -> bool:
     """float32 or float64 arrays of one dtype, z (B, 4H) and the others (B, H)."""
-    if z.ndim != 2 or z.dtype.name not in ("float32", "float64") or z.shape[1] % 4:
+    if z.ndim != 2 or dtype_name(z.dtype) not in ("float32", "float64") or z.shape[1] % 4:
         return False
     shape = (z.shape[0], z.shape[1] // 4)
     return all(o.dtype == z.dtype and tuple(o.shape) == shape for o in others)

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import cublas_direct, device_of
+from .dtype_names import dtype_name
 
 #: a product whose batch is broadcast from one side calls cuBLAS directly (False: cupy's)
 EAGER_DIRECT = True
@@ -50,7 +51,7 @@ def matmul_cuda(a: Any, b: Any) -> Any:
     capture = gpu.capture_matmul
     if capture is not None:
         return capture(a, b)
-    if a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype or a.dtype.name not in ("float32",
+    if a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype or dtype_name(a.dtype) not in ("float32",
                                                                                "float64"):
         return NotImplemented
     if a.ndim == 2 and b.ndim == 2:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import device_of, namespace
+from .dtype_names import dtype_name
 from .rows import as_rows, channels, from_rows
 
 _TYPES = {"float32": "float", "float64": "double"}
@@ -173,7 +174,7 @@ def normalize_cuda(x: Any, axes: tuple[int, ...], eps: float) -> tuple[Any, Any,
     """(y, s, mean, var) as the reference gives them, in one kernel (BatchNorm's NC...
     layout, as the reference: the columns kernel on (N * ..., C) rows)."""
     c = channels(tuple(x.shape), axes)
-    if c is not None and x.dtype.name in _TYPES:
+    if c is not None and dtype_name(x.dtype) in _TYPES:
         cp = namespace(x)  # the array-API namespace (permute_dims)
         out = normalize_cuda(as_rows(cp, x, c), (0,), eps)
         if out is NotImplemented:  # (an empty array)
@@ -183,7 +184,7 @@ def normalize_cuda(x: Any, axes: tuple[int, ...], eps: float) -> tuple[Any, Any,
         return (from_rows(cp, y, tuple(x.shape)), s.reshape(keep), mean.reshape(keep),
                 var.reshape(keep))
     layout = _layout(tuple(x.shape), axes)
-    dtype = x.dtype.name
+    dtype = dtype_name(x.dtype)
     if layout is None or dtype not in _TYPES:
         return NotImplemented  # the reference's call
     gpu = device_of(x)
@@ -213,7 +214,7 @@ def normalize_grad_cuda(g: Any, y: Any, s: Any, axes: tuple[int, ...]) -> Any:
         out = normalize_grad_cuda(as_rows(cp, g, c), as_rows(cp, y, c), s.reshape(1, c), (0,))
         return out if out is NotImplemented else from_rows(cp, out, tuple(g.shape))
     layout = _layout(tuple(y.shape), axes)
-    dtype = y.dtype.name
+    dtype = dtype_name(y.dtype)
     if (layout is None or dtype not in _TYPES or g.dtype != y.dtype or s.dtype != y.dtype
             or tuple(g.shape) != tuple(y.shape)):
         return NotImplemented  # the reference's call
@@ -237,7 +238,7 @@ MOVING_AVERAGE_CUDA = "T a = old * omm; T b = batch * mm; res = a + b;"
 
 def moving_average_cuda(old: Any, batch: Any, m: float) -> Any:
     """A running statistic's update in one elementwise kernel."""
-    if batch.dtype != old.dtype or batch.size != old.size or old.dtype.name not in _TYPES:
+    if batch.dtype != old.dtype or batch.size != old.size or dtype_name(old.dtype) not in _TYPES:
         return NotImplemented  # the reference's call
     gpu = device_of(old)
     with gpu.native:

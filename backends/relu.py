@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import device_of
+from .dtype_names import dtype_name
 
 #: y = g * (a > 0 ? 1 : 0)
 RELU_GRAD_CUDA = "y = g * (a > (X)0 ? (X)1 : (X)0);"
@@ -16,7 +17,8 @@ RELU_GRAD_CUDA = "y = g * (a > (X)0 ? (X)1 : (X)0);"
 
 def relu_grad_cuda(g: Any, a: Any) -> Any:
     """g * (a > 0) in one kernel on g's GPU (float g and a of one dtype)."""
-    if g.dtype != a.dtype or g.dtype.name not in ("float32", "float64") or g.shape != a.shape:
+    if (g.dtype != a.dtype or dtype_name(g.dtype) not in ("float32", "float64")
+            or g.shape != a.shape):
         return NotImplemented
     gpu = device_of(g)
     with gpu.native:

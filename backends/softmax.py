@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from . import device_of
+from .dtype_names import dtype_name
 from .normalize import _TYPES, HELPERS, _threads
 
 #: the course's causal mask value, -np.finfo(np.float32).max (needle/ops/softmax.py's NEG_MAX)
@@ -136,7 +137,7 @@ def _kernel(gpu: Any, dtype: str, entry: str) -> Any:
 
 def softmax_cuda(a: Any, temperature: float, causal: bool) -> Any:
     """softmax(a / temperature) (causal: masked) over the last axis, one kernel."""
-    dtype = a.dtype.name
+    dtype = dtype_name(a.dtype)
     if dtype not in _TYPES or a.ndim == 0 or a.size == 0 or (causal and a.ndim < 2):
         return NotImplemented
     gpu = device_of(a)
@@ -155,7 +156,7 @@ def softmax_cuda(a: Any, temperature: float, causal: bool) -> Any:
 
 def softmax_grad_cuda(y: Any, g: Any, temperature: float) -> Any:
     """(g y - y sum(g y)) / temperature over the last axis, one kernel."""
-    dtype = y.dtype.name
+    dtype = dtype_name(y.dtype)
     if (dtype not in _TYPES or g.dtype != y.dtype or tuple(g.shape) != tuple(y.shape)
             or y.ndim == 0 or y.size == 0):
         return NotImplemented

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from . import device_of, namespace
+from .dtype_names import dtype_name
 from .normalize import _TYPES, HELPERS, _layout, _threads
 from .rows import as_rows, channels
 
@@ -49,13 +50,13 @@ def sum_cuda(a: Any, axes: tuple[int, ...] | None, keepdims: bool = False) -> An
     shape = tuple(a.shape)
     axes = tuple(range(len(shape))) if axes is None else tuple(axes)
     c = channels(shape, axes)
-    if c is not None and a.dtype.name in _TYPES:  # BatchNorm's and NCHW bias adjoints' sums
+    if c is not None and dtype_name(a.dtype) in _TYPES:  # BatchNorm's and NCHW bias adjoints' sums
         out = sum_cuda(as_rows(namespace(a), a, c), (0,))  # over every axis but 1: as rows
         if out is NotImplemented or not keepdims:
             return out
         return out.reshape(tuple(1 if i in axes else n for i, n in enumerate(shape)))
     layout = _layout(shape, axes)
-    dtype = a.dtype.name
+    dtype = dtype_name(a.dtype)
     if layout is None or dtype not in _TYPES:
         return NotImplemented
     how, n, d = layout

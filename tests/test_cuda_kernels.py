@@ -263,3 +263,14 @@ def test_every_raw_kernel_compiles_for_hopper():
             except Exception as e:
                 log = nvrtc.getProgramLog(program)
                 pytest.fail(f"{module} ({dtype}) does not compile: {e}\n{log}")
+
+
+def test_dtype_name_is_numpys_read_once_per_dtype():
+    """(no GPU) the cuda kernels' dtype checks read a cached name: numpy's own, for every
+    dtype the devices make, equal dtypes sharing it."""
+    from needle.backends import dtype_names
+
+    for dtype in ("float16", "float32", "float64", "int32", "int64", "bool", "uint8"):
+        assert dtype_names.dtype_name(np.dtype(dtype)) == np.dtype(dtype).name == dtype
+    assert dtype_names.dtype_name(np.zeros(2, dtype="f").dtype) == "float32"
+    assert np.dtype("float32") in dtype_names._NAMES
