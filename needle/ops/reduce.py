@@ -186,13 +186,17 @@ def softmax_xent_grad_portable(e, sums, labels, g, overwrite: bool = False):
 
 
 #: the cpu's versions make fewer fresh (N, k) arrays: exp in place, the adjoint over e; the
-#: cuda ones are a kernel per row (and a sum) forward and one elementwise kernel backward
+#: cuda ones are a kernel per row (and a sum) forward and one elementwise kernel backward;
+#: torch's the same arithmetic in half the ops
 SOFTMAX_XENT = Kernel("softmax_xent", softmax_xent_portable,
                       fast={"cpu": "needle.backends.cross_entropy:softmax_xent_cpu",
-                            "cuda": "needle.backends.cross_entropy:softmax_xent_cuda"})
-SOFTMAX_XENT_GRAD = Kernel("softmax_xent_grad", softmax_xent_grad_portable,
-                           fast={"cpu": "needle.backends.cross_entropy:softmax_xent_grad_cpu",
-                                 "cuda": "needle.backends.cross_entropy:softmax_xent_grad_cuda"})
+                            "cuda": "needle.backends.cross_entropy:softmax_xent_cuda",
+                            "torch": "needle.backends.cross_entropy_torch:softmax_xent_torch"})
+SOFTMAX_XENT_GRAD = Kernel(
+    "softmax_xent_grad", softmax_xent_grad_portable,
+    fast={"cpu": "needle.backends.cross_entropy:softmax_xent_grad_cpu",
+          "cuda": "needle.backends.cross_entropy:softmax_xent_grad_cuda",
+          "torch": "needle.backends.cross_entropy_torch:softmax_xent_grad_torch"})
 
 
 class SoftmaxCrossEntropy(TensorOp):
