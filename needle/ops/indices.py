@@ -17,29 +17,22 @@ def as_index_array(xp: Any, array: Any, n: int, who: str, what: str = "indices",
     value, a dtype that is neither raises TypeError. On host-memory devices one read checks
     every value at once. On an accelerator (`device.defers_checks`) a read would stall the
     step, so the check is left on the device and raised at the device's next read to the
-    host (the loss read, say), and bad entries are replaced meanwhile (integers clipped into
-    [0, n), floats by 0), so no kernel ever indexes out of bounds.
+    host (the loss read, say), and bad entries are replaced by 0 meanwhile, so no kernel
+    ever indexes out of bounds.
     """
     floating, array_dtype = xp.isdtype(array.dtype, "real floating"), array.dtype
     if floating:
         bad = (array < 0) | (array >= n) | (xp.floor(array) != array)  # NaN is bad too
-        safe = None
     elif xp.isdtype(array.dtype, "integral"):
         array = xp.astype(array, xp.int64, copy=False)  # n may not fit a small dtype
-        if n > 0:  # clipped into range: equal to array where it was in range
-            safe = xp.clip(array, 0, n - 1)
-            bad = safe != array
-        else:  # no index is in range
-            safe, bad = None, (array < 0) | (array >= n)
+        bad = (array < 0) | (array >= n)
     else:
         raise TypeError(f"{who}: expected integer {what} (or floats holding whole numbers), "
                         f"found dtype {array.dtype}")
     if device is not None and device.defers_checks:
         device.defer_check(xp.any(bad),
                            lambda: _message(xp, array, array_dtype, bad, n, who, what))
-        if safe is None:
-            safe = xp.where(bad, xp.zeros_like(array), array)
-        return xp.astype(safe, xp.int64, copy=False)
+        return xp.astype(xp.where(bad, xp.zeros_like(array), array), xp.int64, copy=False)
     if bool(xp.any(bad)):  # the one read back; on failure, one more to name the value
         raise ValueError(_message(xp, array, array_dtype, bad, n, who, what))
     return xp.astype(array, xp.int64, copy=False)
