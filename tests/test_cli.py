@@ -23,6 +23,7 @@ from needle.apps import curves, mlp_resnet, simple_ml, train, train_config
 from needle.data import MNIST_FILES, builtin_mnist_dir
 
 N_TRAIN, N_TEST, BATCH = 120, 60, 40  # three training batches per epoch
+LANGUAGE_MODELS = ("rnn", "lstm", "transformer")
 
 
 @pytest.fixture(scope="module")
@@ -1069,7 +1070,7 @@ def test_the_compiled_step_gives_the_eager_runs_numbers(model, tiny, ptb, tmp_pa
     """needle-train replays its step compiled by ndl.compile by default: two epochs (train,
     eval, train again, with the lr schedule and clipping) give the weights, optimizer state
     and logged losses of --no-compile bit for bit."""
-    data = ptb if model in ("rnn", "lstm", "transformer") else tiny
+    data = ptb if model in LANGUAGE_MODELS else tiny
     argv = ["--model", model, "--data-dir", str(data), "--batch-size", "4" if data is ptb
             else str(BATCH), "--epochs", "2", "--quiet"]
     if model != "cnn":
@@ -1091,7 +1092,29 @@ def test_cuda_graph_usage_errors(tiny, capsys):
     assert status == 2 and "not supported with --distributed" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("model", ["mlp", "lstm"])
+@pytest.mark.parametrize("gpu", [True, False])
+@pytest.mark.parametrize("flags, graphed_on_a_gpu", [
+    ([], True), (["--cuda-graph"], True), (["--no-cuda-graph"], False),
+    (["--no-compile"], False), (["--distributed"], False)])
+def test_the_step_is_graphed_by_default_where_a_graph_can_be_captured(
+        flags, graphed_on_a_gpu, gpu, tiny, monkeypatch):
+    """A step is captured as CUDA graphs by default on a GPU device (the run's flag, which
+    training_step gets): not with --no-cuda-graph, --no-compile or --distributed, never on
+    a device that cannot capture (where --cuda-graph alone is a usage error)."""
+    from needle.compiled import cuda_graph
+
+    if gpu:  # the cpu standing in for a GPU: what decides is whether a graph can be made
+        monkeypatch.setattr(cuda_graph, "unavailable_reason", lambda device: "")
+    parser = train_config.build_parser()
+    args = parser.parse_args(["--data-dir", str(tiny), *flags])
+    if flags == ["--cuda-graph"] and not gpu:
+        with pytest.raises(SystemExit):
+            train._cuda_graph(parser, args, ndl.cpu())
+    else:
+        assert train._cuda_graph(parser, args, ndl.cpu()) is (gpu and graphed_on_a_gpu)
+
+
+@pytest.mark.parametrize("model", ["mlp", "cnn", "rnn", "lstm", "transformer"])
 @pytest.mark.filterwarnings("ignore:ndl.compile.*replayed without a CUDA graph")
 def test_the_graphed_step_gives_the_eager_runs_numbers(model, tiny, ptb, tmp_path,
                                                        monkeypatch):
@@ -1101,9 +1124,11 @@ def test_the_graphed_step_gives_the_eager_runs_numbers(model, tiny, ptb, tmp_pat
     bit (with the lstm's clipping and its hidden state carried between windows)."""
     # the cpu allowed: its graph is then refused by ndl.compile, which warns and replays
     monkeypatch.setattr(train, "_check_cuda_graph", lambda parser, args, device: None)
-    data = ptb if model == "lstm" else tiny
+    data = ptb if model in LANGUAGE_MODELS else tiny
     argv = ["--model", model, "--data-dir", str(data), "--batch-size", "4" if data is ptb
-            else str(BATCH), "--epochs", "2", "--hidden-dim", "8", "--quiet"]
+            else str(BATCH), "--epochs", "2", "--quiet"]
+    if model != "cnn":
+        argv += ["--hidden-dim", "8"]
     runs = run_ways(argv, {"graphed": ["--cuda-graph"], "eager": ["--no-compile"]}, tmp_path)
     assert runs["graphed"][1] == runs["eager"][1]
     assert_same_state(runs["graphed"][0], runs["eager"][0])
@@ -1140,7 +1165,7 @@ def test_the_graphed_step_compiles_only_the_forward_and_backward(monkeypatch):
 
 
 @pytest.mark.parametrize("kind", ["torch:cuda", "cuda"])
-@pytest.mark.parametrize("model", ["mlp", "lstm"])
+@pytest.mark.parametrize("model", ["mlp", "cnn", "rnn", "lstm", "transformer"])
 def test_needle_train_with_cuda_graph_on_a_gpu(kind, model, tiny, ptb, tmp_path, monkeypatch):
     """--cuda-graph on a GPU: steps captured (at least one graph, no 'replayed without'
     warning) and the run's losses and weights those of --no-compile to float32 rounding (on
@@ -1149,16 +1174,22 @@ def test_needle_train_with_cuda_graph_on_a_gpu(kind, model, tiny, ptb, tmp_path,
     import warnings
 
     device = gpu_device(kind)
+    if kind == "torch:cuda":  # (cuDNN's default weight adjoints are not deterministic, and
+        import torch  # Adam turns their last-bit differences into different weights)
+
+        monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
     # (the lstm's corpus: windows of 40 rows, several with the same shape and state each
     # epoch, so that one is captured: a compiled step is captured at its third call)
-    ptb = write_corpus(tmp_path / "long", 200) if model == "lstm" else ptb
+    ptb = write_corpus(tmp_path / "long", 200) if model in LANGUAGE_MODELS else ptb
     replay = importlib.import_module("needle.compiled.cuda_graph").CudaGraphReplay
     captured, capture = [], replay.__init__
     monkeypatch.setattr(replay, "__init__", lambda self, *a: (capture(self, *a),
                                                                captured.append(1))[0])
-    data = ptb if model == "lstm" else tiny
+    data = ptb if model in LANGUAGE_MODELS else tiny
     argv = ["--model", model, "--device", kind, "--data-dir", str(data), "--batch-size",
-            "4" if data is ptb else str(BATCH), "--epochs", "2", "--hidden-dim", "8", "--quiet"]
+            "4" if data is ptb else str(BATCH), "--epochs", "2", "--quiet"]
+    if model != "cnn":
+        argv += ["--hidden-dim", "8"]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         runs = run_ways(argv, {"graphed": ["--cuda-graph"], "eager": ["--no-compile"]},

@@ -75,7 +75,7 @@ class Run:
     distributed: bool = False  # data-parallel over MPI ranks: rank 0 prints and saves
     saved: tuple[Path, int] | None = None  # the newest checkpoint file and its epoch
     compile: bool = True  # train with the step compiled by ndl.compile (--no-compile: eager)
-    cuda_graph: bool = False  # its forward and backward captured as CUDA graphs (--cuda-graph)
+    cuda_graph: bool = False  # its forward and backward captured as CUDA graphs (GPU default)
     step: Any = None  # that compiled step, made at the first training pass
     log: curves.EpochLog | None = None  # --log-csv and --plot
 
@@ -83,6 +83,21 @@ class Run:
     def entry(self) -> Model:
         """The registry's entry of the trained model."""
         return REGISTRY[self.config["model"]]
+
+
+def _cuda_graph(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                device: Device) -> bool:
+    """Whether the step's forward and backward are captured as CUDA graphs: --cuda-graph
+    (a usage error where none can be), --no-cuda-graph, or by default wherever one can be
+    (a GPU device, the step compiled, not --distributed)."""
+    from needle.compiled.cuda_graph import unavailable_reason
+
+    if args.cuda_graph:
+        _check_cuda_graph(parser, args, device)
+        return True
+    if args.cuda_graph is None:
+        return not (args.no_compile or args.distributed or unavailable_reason(device))
+    return False
 
 
 def _check_cuda_graph(parser: argparse.ArgumentParser, args: argparse.Namespace,
@@ -121,8 +136,7 @@ def setup(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Run:
         hint = (f" ({args.resume} ran there; pass --device cpu to continue on the cpu)"
                 if stored and args.device is None else "")
         parser.error(f"--device {config['device']}: {device.unavailable_reason()}{hint}")
-    if args.cuda_graph:
-        _check_cuda_graph(parser, args, device)
+    cuda_graph = _cuda_graph(parser, args, device)
     entry = REGISTRY[config["model"]]
     data_config = config
     if args.download:  # the folder fetched into --data-dir (or the cache) is read this time
@@ -132,7 +146,7 @@ def setup(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Run:
         training, test = _shard(parser, config, training, test)
     run = Run(config, device, training, test, *_model(config, device, vocab), checkpoint,
               args.resume, stop_after=args.stop_after, quiet=args.quiet,
-              compile=not args.no_compile, cuda_graph=args.cuda_graph)
+              compile=not args.no_compile, cuda_graph=cuda_graph)
     if stored is not None:
         train_checkpoint.restore(parser, args.resume, stored, run.model, run.opt, device)
         run.start, run.seconds, run.saved = start, stored["seconds"], (args.resume, start)

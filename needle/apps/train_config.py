@@ -133,10 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--no-compile", action="store_true",
         help="run each training step eagerly instead of replaying it as compiled by "
              "ndl.compile: the same numbers, bit for bit (default: off, compiled)")
-    add("--cuda-graph", action="store_true",
+    add("--cuda-graph", action=argparse.BooleanOptionalAction, default=None,
         help="capture each training step's forward and backward as one CUDA graph per batch "
              "shape (devices cuda and torch:cuda), the update running eagerly around it: "
-             "far less host time per step on a GPU (default: off)")
+             "far less host time per step on a GPU; --no-cuda-graph replays the compiled "
+             "step without one (default: on for cuda and torch:cuda unless --no-compile or "
+             "--distributed, else off)")
     add("--distributed", action="store_true",
         help="data-parallel over the ranks of `mpiexec -n N needle-train --distributed`, "
              f"{distributable()}; --batch-size is the global batch (default: off)")
