@@ -25,8 +25,9 @@ from typing import Any
 from . import cublas_direct, device_of
 from .dtype_names import dtype_name
 
-#: a product whose batch is broadcast from one side calls cuBLAS directly (False: cupy's)
-EAGER_DIRECT = True
+#: which eager float products call cuBLAS directly: "all", "broadcast" (a batch broadcast
+#: from one side), or none (False: cupy's)
+EAGER_DIRECT: str | bool = "all"
 #: why the direct calls are unavailable here (set on the first failure)
 _UNAVAILABLE: list[str] = []
 
@@ -54,11 +55,12 @@ def matmul_cuda(a: Any, b: Any) -> Any:
     if a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype or dtype_name(a.dtype) not in ("float32",
                                                                                "float64"):
         return NotImplemented
-    if a.ndim == 2 and b.ndim == 2:
-        with gpu.native:
-            return gpu.cupy.dot(a, b)
-    if tuple(a.shape[:-2]) != tuple(b.shape[:-2]):
+    if EAGER_DIRECT == "all" or (tuple(a.shape[:-2]) != tuple(b.shape[:-2])
+                                 and EAGER_DIRECT == "broadcast"):
         blas = _direct(gpu)
         if blas is not None:
             return blas.matmul(a, b)
+    if a.ndim == 2 and b.ndim == 2:
+        with gpu.native:
+            return gpu.cupy.dot(a, b)
     return NotImplemented

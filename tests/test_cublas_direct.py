@@ -117,13 +117,14 @@ def test_direct_cublas_matches_cupy_matmul(dtype):
         rng = np.random.default_rng(1)
         differ = []
         for name, make in CASES.items():
-            a, b = make(lambda shape: cp.asarray(rng.random(shape)).astype(dtype))
-            got, want = blas.matmul(a, b), cp.matmul(a, b)
-            assert got.shape == want.shape and got.dtype == want.dtype
-            np.testing.assert_allclose(got.get(), want.get(), rtol=1e-5 if dtype == "float32"
-                                       else 1e-12, err_msg=name)
-            if not bool((got == want).all()):
-                differ.append(name)
+            for _ in range(2):  # (the second product of a layout read in place: its kept call)
+                a, b = make(lambda shape: cp.asarray(rng.random(shape)).astype(dtype))
+                got, want = blas.matmul(a, b), cp.matmul(a, b)
+                assert got.shape == want.shape and got.dtype == want.dtype
+                np.testing.assert_allclose(got.get(), want.get(), err_msg=name,
+                                           rtol=1e-5 if dtype == "float32" else 1e-12)
+                if not bool((got == want).all()):
+                    differ.append(name)
         cp.cuda.get_current_stream().synchronize()
     print(f"cases not bit-equal to cupy.matmul ({dtype}): {differ or 'none'}")
 
@@ -174,3 +175,73 @@ def test_eager_products_fall_back_to_cupy_without_the_library(monkeypatch):
     monkeypatch.setattr(matmul, "EAGER_DIRECT", False)
     monkeypatch.setattr(matmul, "_UNAVAILABLE", [])
     assert matmul._direct(object()) is None
+
+
+class _Device(np.ndarray):
+    """A numpy array standing in for a cupy one: its `data.ptr` is its first element's
+    address, as cupy's is."""
+
+    @property
+    def data(self):  # noqa: D401
+        from types import SimpleNamespace
+
+        return SimpleNamespace(ptr=self.__array_interface__["data"][0])
+
+
+def _fake_cupy():
+    from types import SimpleNamespace as NS
+
+    def dev(x):
+        return np.asarray(x).view(_Device)
+
+    return NS(reshape=lambda x, shape: np.reshape(x, shape),
+              ascontiguousarray=lambda x: dev(np.ascontiguousarray(x)),
+              broadcast_to=lambda x, shape: np.broadcast_to(x, shape, subok=True),
+              empty=lambda shape, dtype: dev(np.empty(shape, dtype)))
+
+
+def test_a_layout_met_before_reuses_its_call_with_the_new_pointers():
+    """(no GPU: numpy standing in for cupy, a libcublas that records its calls) a product
+    whose operands cuBLAS reads in place keeps its call: the next product of the same
+    shapes, strides and dtypes makes the same cuBLAS call with the new arrays' pointers and
+    no plan; a layout that had to be copied is planned (and copied) every time."""
+    import contextlib
+    from types import SimpleNamespace as NS
+
+    calls = []
+
+    def record(name):
+        return lambda *args: calls.append((name, args)) or 0
+
+    blas = cb.Cublas.__new__(cb.Cublas)  # (no cublasCreate)
+    blas.device = NS(cupy=_fake_cupy(), native=contextlib.nullcontext())
+    blas.lib = NS(cublasGemmEx=record("gemm"), cublasGemmStridedBatchedEx=record("batched"))
+    blas.handle, blas._calls = 7, {}
+    rng = np.random.default_rng(0)
+
+    def anonymous(call, result):  # (the result's pointer is new every time)
+        return call[0], tuple("out" if v == result.data.ptr else v for v in call[1])
+
+    in_place = set()
+    for name, make in CASES.items():
+        blas._calls.clear()
+        a1, b1 = (x.view(_Device) for x in make(rng.random))
+        p = cb.plan(np, a1, b1)
+        if np.shares_memory(p.first.array, b1) and np.shares_memory(p.second.array, a1):
+            in_place.add(name)
+        blas.matmul(a1, b1)  # planned (and kept, read in place)
+        calls.pop()
+        assert (len(blas._calls) == 1) == (name in in_place), name
+        a, b = (x.view(_Device) for x in make(rng.random))  # new arrays, the same layout
+        out = blas.matmul(a, b)  # the kept call, where there is one
+        kept = calls.pop()
+        blas._calls.clear()
+        again = blas.matmul(a, b)  # planned afresh
+        planned = calls.pop()
+        assert out.shape == again.shape == np.matmul(a, b).shape, name
+        assert anonymous(kept, out) == anonymous(planned, again), name
+        if name in in_place:
+            assert kept[1][7] in (b.data.ptr, a.data.ptr), name  # the new operands' own
+    assert in_place >= {"2-d", "a transposed view", "batched", "batch of one broadcast",
+                        "conv gradient's (1, M, C) @ (T, C, D)^T"}
+    assert "broadcast rows" not in in_place and "mixed broadcast" not in in_place
