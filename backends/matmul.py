@@ -1,21 +1,25 @@
-"""Matrix products on cuda (the fast version of needle.ops.linalg.MATMUL): cupy.dot for 2-d
-products, one direct cuBLAS call for a batch with a broadcast side, cupy.matmul else.
+"""Matrix products on cuda (the fast version of needle.ops.linalg.MATMUL): every float32 and
+float64 product by one direct cuBLAS call (backends/cublas_direct.py: cublasGemmEx or
+cublasGemmStridedBatchedEx through ctypes, on needle's own handle bound to cupy's current
+stream), the same calls a captured CUDA graph makes; cupy.dot / cupy.matmul where the
+library cannot be found (cupy older than 14) or with EAGER_DIRECT off.
 
-Host time per call on an H100 machine (cupy 14.2, float32, best of 3x50 calls):
+Host time per call on an H100 machine (cupy 14.2, float32, best of 3x50 calls; the direct
+call keeps the cuBLAS call of a layout it met before and changes only the pointers):
 
-    product                                   cupy.matmul  cupy.dot  direct (ctypes)
-    (32768, 288) @ (288, 32)  conv forward        17.9 us   16.2 us   41.7 us
-    (100, 1024) @ (1024, 512) linear              20.6 us   19.3 us   40.6 us
-    (1, 8192, 32) @ (9, 32, 32)^T  conv input adj 73.3 us      -      41.1 us
-    (64, 64, 16) @ (64, 16, 64)  attention heads  22.1 us      -      38.7 us
+    product                                   cupy.matmul  cupy.dot  direct  (run of 2026-11-27)
+    (32768, 288) @ (288, 32)  conv forward        25.8 us   24.5 us  27.3 us
+    (100, 1024) @ (1024, 512) linear              28.6 us   27.2 us  29.2 us
+    (1, 8192, 32) @ (9, 32, 32)^T  conv input adj 127.5 us     -     36.1 us
+    (64, 64, 16) @ (64, 16, 64)  attention heads  42.3 us      -     37.4 us
+    (64, 16, 64) @ (64, 128)  a 3-d linear       120.3 us      -     39.8 us
 
-The direct call (backends/cublas_direct.py: cublasGemmStridedBatchedEx through ctypes on
-needle's own handle, bound to cupy's current stream; what a captured CUDA graph calls)
-gave the same bits as cupy.matmul in every case, but costs about 40 us in ctypes and
-Python: it wins only where cupy.matmul broadcasts a batch of one (a convolution's input
-adjoint), which the direct call reads with batch stride 0 instead. With every product
-direct, a transformer b16 step took 8.3 ms where cupy's took 7.3. Without cuBLAS's library
-(cupy older than 14 finds none), cupy.matmul.
+The direct call gave the same bits as cupy.matmul in every case. Whole eager steps with
+every product direct against direct only for a broadcast batch (cupy's else), alternating,
+medians: ResNet9 b128 8.30 against 9.39 ms, the transformer at b16 7.40 against 7.08,
+ResNet9 b1024 13.35 against 11.80, MLPResNet h1024 b100 6.89 against 6.84: within the
+host's noise either way. Every product direct is kept for what it gives besides: an eager
+step makes the same cuBLAS calls as its captured graph (one handle, workspaces of one size).
 """
 
 from __future__ import annotations
@@ -44,10 +48,10 @@ def _direct(gpu: Any) -> Any:
 
 
 def matmul_cuda(a: Any, b: Any) -> Any:
-    """a @ b for two float arrays of one dtype: 2-d by cupy.dot, a broadcast batch by one
-    direct cuBLAS call; NotImplemented (the reference, cupy.matmul) else. While a CUDA graph
-    is captured, every product goes to the capture's handle (cupy refuses to call cuBLAS
-    then)."""
+    """a @ b for two float arrays of one dtype by one direct cuBLAS call (see EAGER_DIRECT;
+    without the library: 2-d by cupy.dot, else NotImplemented, the reference's
+    cupy.matmul). While a CUDA graph is captured, every product goes to the capture's
+    handle (cupy refuses to call cuBLAS then)."""
     gpu = device_of(a)
     capture = gpu.capture_matmul
     if capture is not None:

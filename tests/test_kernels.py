@@ -297,10 +297,10 @@ def moving_averages_cases(device, rng):
 
 
 def matmul_cases(device, rng):
-    """2-d products (cuda: cupy.dot, the cuBLAS call cupy.matmul makes: rtol 0), a
-    transposed view, float64, batched products: one with a broadcast side (a convolution's
-    input adjoint; cuda: cuBLAS called directly, the same bits as cupy.matmul on an H100)
-    and one of transposed views (attention's; left to the reference)."""
+    """2-d products, a transposed view, float64, batched products: one with a broadcast side
+    (a convolution's input adjoint) and one of transposed views (attention's). On cuda every
+    one is a direct cuBLAS call, against the reference's cupy.matmul at rtol 0 (the same
+    bits on an H100)."""
     def arrays(*shapes, dtype="float32"):
         return [device.asarray(rng.standard_normal(s), dtype=dtype) for s in shapes]
 
