@@ -1,32 +1,102 @@
 """BatchNorm's forward and adjoints on cupy (fast versions of needle.ops.affine_norm's
-BATCH_NORM and BATCH_NORM_GRAD) that keep the input's memory layout.
+BATCH_NORM and BATCH_NORM_GRAD): one kernel each way, keeping the input's memory layout.
 
-The reference's affine map and products are cupy ufuncs, whose outputs are C-ordered: a
-convolution's NCHW output, channels-last in memory, came out of BatchNorm C-ordered, and
-the next convolution's gather and the normalisation's rows then copied it. Here the
-normalisation and the sums are the reference's own cuda kernels, and the products are
-elementwise kernels writing into arrays laid out as the normalised `y` (channels-last
-where x is), compiled without contracted multiply-adds: the reference's numbers to the bit.
+(N, C) and NC... inputs are seen as (rows, C) (`rows.as_rows`: no copy where the input is
+channels-last in memory, as a convolution's NCHW output is), one block per 32 channels.
+The forward is the normalisation's kernel (normalize.py's `norm_cols`) that also writes the
+affine map out = y w + b; the backward sums g w, g w y, g y and g in one pass and writes
+dx = s (g w - mean(g w) - y mean(g w y)) in a second. Every product and sum is the
+reference's, in its order: its normalisation and sum kernels' loops (compiled alike) and
+its exact elementwise products (here `__fmul_rn` and `__fadd_rn`, which are never fused
+into multiply-adds). So the numbers are the reference's to the bit, but where the
+reference's SUM leaves a long sum over few channels to cupy (sums.py): there dw and db
+agree to a few ulps. Results come back laid out as the input was (an NCHW view of the
+rows), so nothing downstream copies them: four launches backward before, two forward.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from . import device_of
+import numpy as np
+
+from . import device_of, namespace
 from .dtype_names import dtype_name
-from .normalize import _TYPES, normalize_cuda, normalize_grad_cuda
-from .sums import sum_cuda
+from .normalize import _TYPES, HELPERS
+from .rows import as_rows, from_rows
 
-#: out = y w + b, two roundings as the reference's product then sum
-AFFINE_CUDA = "T p = y * w; out = p + b;"
-#: the weighted adjoint g w (the normalisation's) and g y (the weight's sum's)
-GRAD_PRODUCTS_CUDA = "gw = g * w; gy = g * y;"
+BN_SOURCE = HELPERS + r"""
+// products and sums rounded one by one (no multiply-add), for float and double
+__device__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+__device__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
+__device__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
 
+// x (n, d) contiguous, normalised over axis 0 as norm_cols, and out = y w + b
+extern "C" __global__ void bn_cols(const T* x, const T* w, const T* b, T* out, T* y, T* s,
+                                   T* mean, T* var, long long n, long long d, T eps) {
+    __shared__ T buf[32 * 33];
+    long long j = blockIdx.x * 32LL + threadIdx.x;
+    bool ok = j < d;
+    T acc = 0;
+    if (ok) for (long long i = threadIdx.y; i < n; i += 32) acc += x[i * d + j];
+    T mu = column_sum(acc, buf) / (T)n;
+    acc = 0;
+    if (ok) for (long long i = threadIdx.y; i < n; i += 32) {
+        T c = x[i * d + j] - mu;
+        acc += c * c;
+    }
+    T v = column_sum(acc, buf) / (T)n;
+    T sd = sqrt(v + eps);
+    if (ok) {
+        T wj = w[j], bj = b[j];
+        for (long long i = threadIdx.y; i < n; i += 32) {
+            T yv = (x[i * d + j] - mu) / sd;
+            y[i * d + j] = yv;
+            out[i * d + j] = add_rn(mul_rn(yv, wj), bj);
+        }
+        if (threadIdx.y == 0) {
+            s[j] = (T)1 / sd;
+            mean[j] = mu;
+            var[j] = v;
+        }
+    }
+}
 
-def _along(ndim: int) -> tuple[int, ...]:
-    """A (C,) vector's shape along axis 1 of `ndim` axes."""
-    return (-1,) + (1,) * (ndim - 2)
+// g, y (n, d) contiguous: dx = s (g w - mean(g w) - y mean(g w y)) as norm_grad_cols on
+// g w, dw = sum(g y) and db = sum(g) as sum_cols
+extern "C" __global__ void bn_grad_cols(const T* g, const T* y, const T* w, const T* s, T* dx,
+                                        T* dw, T* db, long long n, long long d) {
+    __shared__ T buf[32 * 33];
+    long long j = blockIdx.x * 32LL + threadIdx.x;
+    bool ok = j < d;
+    T wj = ok ? w[j] : (T)0;
+    T a = 0, b = 0, gy = 0, gs = 0;
+    if (ok) for (long long i = threadIdx.y; i < n; i += 32) {
+        T gv = g[i * d + j], yv = y[i * d + j];
+        T gw = mul_rn(gv, wj);
+        a += gw;
+        b += gw * yv;
+        gy += mul_rn(gv, yv);
+        gs += gv;
+    }
+    T mg = column_sum(a, buf) / (T)n;
+    T mgy = column_sum(b, buf) / (T)n;
+    T sum_gy = column_sum(gy, buf);
+    T sum_g = column_sum(gs, buf);
+    if (ok) {
+        T sj = s[j];
+        for (long long i = threadIdx.y; i < n; i += 32) {
+            T gw = mul_rn(g[i * d + j], wj);
+            dx[i * d + j] = sj * (gw - mg - y[i * d + j] * mgy);
+        }
+        if (threadIdx.y == 0) {
+            dw[j] = sum_gy;
+            db[j] = sum_g;
+        }
+    }
+}
+"""
 
 
 def _fits(x: Any, *others: Any) -> bool:
@@ -34,37 +104,56 @@ def _fits(x: Any, *others: Any) -> bool:
         o is not None and o.dtype == x.dtype for o in others)
 
 
+def _rows(xp: Any, a: Any) -> Any:
+    """(N, C) as it is, NC... as (N * ..., C) rows."""
+    return a if a.ndim == 2 else as_rows(xp, a, a.shape[1])
+
+
+def _back(xp: Any, rows: Any, shape: tuple[int, ...]) -> Any:
+    """Rows seen as the input's NC... `shape` again."""
+    return rows if len(shape) == 2 else from_rows(xp, rows, shape)
+
+
 def batch_norm_cuda(x: Any, w: Any, b: Any, eps: float) -> Any:
-    """(out, y, s, mean, var) as the reference, `out` and `y` laid out alike."""
+    """(out, y, s, mean, var) as the reference, in one kernel; `out` and `y` laid out alike."""
     if not _fits(x, w, b) or x.shape[1] == 0 or x.size == 0:
         return NotImplemented
-    axes = (0, *range(2, x.ndim))
-    stats = normalize_cuda(x, axes, eps)
-    if stats is NotImplemented:
-        return stats
-    y = stats[0]
-    gpu = device_of(x)
+    shape, c = tuple(x.shape), x.shape[1]
+    if tuple(w.shape) != (c,) or tuple(b.shape) != (c,):
+        return NotImplemented
+    xp, gpu = namespace(x), device_of(x)
+    cp, dtype = gpu.cupy, dtype_name(x.dtype)
+    n = x.size // c
+    keep = (1, c) + (1,) * (x.ndim - 2)
     with gpu.native:
-        out = gpu.cupy.empty_like(y)
-        gpu.elementwise_kernel("bn_affine", "T y, T w, T b", "T out", AFFINE_CUDA, exact=True)(
-            y, w.reshape(_along(x.ndim)), b.reshape(_along(x.ndim)), out)
-    return (out, *stats)
+        rows = cp.ascontiguousarray(_rows(xp, x))
+        out, y = cp.empty_like(rows), cp.empty_like(rows)
+        s, mean, var = (cp.empty(keep, dtype=x.dtype) for _ in range(3))
+        gpu.raw_kernel("bn_cols", BN_SOURCE, "bn_cols", dtype)(
+            ((c + 31) // 32,), (32, 32),
+            (rows, cp.ascontiguousarray(w), cp.ascontiguousarray(b), out, y, s, mean, var,
+             np.int64(n), np.int64(c), np.dtype(dtype).type(eps)))
+    return _back(xp, out, shape), _back(xp, y, shape), s, mean, var
 
 
 def batch_norm_grad_cuda(g: Any, x: Any, w: Any, y: Any, s: Any, mean: Any) -> Any:
-    """(dx, dw, db) as the reference, from the forward's y (None: the reference's call)."""
+    """(dx, dw, db) as the reference, in one kernel, from the forward's y (None: the
+    reference's call)."""
     if y is None or not _fits(g, w, y, s) or tuple(g.shape) != tuple(y.shape) or g.size == 0:
         return NotImplemented
-    axes = (0, *range(2, g.ndim))
-    gpu = device_of(g)
-    cp = gpu.cupy
-    with gpu.native:
-        gw, gy = cp.empty_like(y), cp.empty_like(y)
-        gpu.elementwise_kernel("bn_grad_products", "T g, T y, T w", "T gw, T gy",
-                               GRAD_PRODUCTS_CUDA, exact=True)(
-            g, y, w.reshape(_along(g.ndim)), gw, gy)
-    dx = normalize_grad_cuda(gw, y, s, axes)
-    dw, db = sum_cuda(gy, axes), sum_cuda(g, axes)
-    if any(r is NotImplemented for r in (dx, dw, db)):
+    shape, c = tuple(g.shape), g.shape[1]
+    if tuple(w.shape) != (c,) or s.size != c:
         return NotImplemented
-    return dx, dw, db
+    xp, gpu = namespace(g), device_of(g)
+    cp, dtype = gpu.cupy, dtype_name(g.dtype)
+    n = g.size // c
+    with gpu.native:
+        rows_g = cp.ascontiguousarray(_rows(xp, g))
+        rows_y = cp.ascontiguousarray(_rows(xp, y))
+        dx = cp.empty_like(rows_y)
+        dw, db = cp.empty((c,), dtype=g.dtype), cp.empty((c,), dtype=g.dtype)
+        gpu.raw_kernel("bn_grad_cols", BN_SOURCE, "bn_grad_cols", dtype)(
+            ((c + 31) // 32,), (32, 32),
+            (rows_g, rows_y, cp.ascontiguousarray(w), cp.ascontiguousarray(s).reshape(c), dx,
+             dw, db, np.int64(n), np.int64(c)))
+    return _back(xp, dx, shape), dw, db

@@ -209,6 +209,7 @@ def test_cuda_layout_of_a_convolutions_output_is_kept_by_relu_and_batch_norm(gpu
 
 #: needle's raw CUDA kernels: module of needle.backends -> (its source's name, its entries)
 RAW_KERNELS = {
+    "affine_norm": ("BN_SOURCE", ("bn_cols", "bn_grad_cols")),
     "cross_entropy": ("XENT_SOURCE", ("xent_rows",)),
     "index_add": ("SEGMENT_SOURCE", ("segment_sum",)),
     "normalize": ("SOURCE", ("norm_rows", "norm_cols", "norm_grad_rows", "norm_grad_cols")),
@@ -274,3 +275,77 @@ def test_dtype_name_is_numpys_read_once_per_dtype():
         assert dtype_names.dtype_name(np.dtype(dtype)) == np.dtype(dtype).name == dtype
     assert dtype_names.dtype_name(np.zeros(2, dtype="f").dtype) == "float32"
     assert np.dtype("float32") in dtype_names._NAMES
+
+
+def _bn_cols(x, w, b, out, y, s, mean, var, n, d, eps):
+    """numpy's bn_cols (one float rounding per operation, in the reference's order)."""
+    x = x.reshape(int(n), int(d))
+    mu = x.mean(axis=0)
+    v = ((x - mu) ** 2).mean(axis=0)
+    sd = np.sqrt(v + eps)
+    y.reshape(x.shape)[...] = (x - mu) / sd
+    out.reshape(x.shape)[...] = y.reshape(x.shape) * w + b
+    s.reshape(-1)[...], mean.reshape(-1)[...], var.reshape(-1)[...] = 1 / sd, mu, v
+
+
+def _bn_grad_cols(g, y, w, s, dx, dw, db, n, d):
+    """numpy's bn_grad_cols."""
+    g, y = g.reshape(int(n), int(d)), y.reshape(int(n), int(d))
+    gw = g * w
+    dx.reshape(g.shape)[...] = s * (gw - gw.mean(axis=0) - y * (gw * y).mean(axis=0))
+    dw[...], db[...] = (g * y).sum(axis=0), g.sum(axis=0)
+
+
+def test_batch_norm_kernels_get_their_arguments_in_the_kernels_order(monkeypatch):
+    """(no GPU: numpy standing in for cupy, and numpy versions of the two kernels that take
+    their arguments by the names of the CUDA signatures in BN_SOURCE) the Python around
+    the fused BatchNorm kernels: rows of (N, C) and of NCHW inputs (C-ordered, and a
+    convolution's channels-last output), arguments in the kernels' order, results shaped
+    and laid out as the reference's, to float rounding. The kernels themselves run in
+    test_kernels.py where cupy sees a GPU."""
+    import contextlib
+    import re
+    from types import SimpleNamespace as NS
+
+    from needle.backends import affine_norm
+    from needle.ops.affine_norm import batch_norm_grad_portable, batch_norm_portable
+
+    def signature(entry):
+        params = re.search(rf"void {entry}\(([^)]*)\)", affine_norm.BN_SOURCE).group(1)
+        return [p.split()[-1].lstrip("*") for p in params.split(",")]
+
+    emulations = {"bn_cols": _bn_cols, "bn_grad_cols": _bn_grad_cols}
+
+    def raw_kernel(name, source, entry, dtype):
+        assert source is affine_norm.BN_SOURCE and name == entry and dtype in ("float32",
+                                                                              "float64")
+        names = signature(entry)
+
+        def launch(grid, block, args):
+            assert block == (32, 32) and len(args) == len(names)
+            kw = dict(zip(names, args))
+            assert grid == ((int(kw["d"]) + 31) // 32,)
+            assert all(kw[k].flags.c_contiguous for k in names if isinstance(kw[k], np.ndarray))
+            emulations[entry](**kw)
+        return launch
+
+    fake = NS(cupy=NS(ascontiguousarray=np.ascontiguousarray, empty_like=np.empty_like,
+                      empty=np.empty), native=contextlib.nullcontext(), raw_kernel=raw_kernel)
+    monkeypatch.setattr(affine_norm, "device_of", lambda a: fake)
+    rng = np.random.default_rng(0)
+    nhwc = rng.standard_normal((4, 5, 6, 3)).astype(np.float32)
+    for x in (rng.standard_normal((6, 5)), rng.standard_normal((4, 3, 5, 6)).astype(np.float32),
+              nhwc.transpose(0, 3, 1, 2)):
+        c = x.shape[1]
+        w, b = (rng.standard_normal(c).astype(x.dtype) for _ in range(2))
+        got, want = affine_norm.batch_norm_cuda(x, w, b, 1e-5), batch_norm_portable(x, w, b, 1e-5)
+        g = rng.standard_normal(x.shape).astype(x.dtype)
+        y, s, mean = want[1:4]
+        got += affine_norm.batch_norm_grad_cuda(g, x, w, y, s, mean)
+        want += batch_norm_grad_portable(g, x, w, y, s, mean)
+        for i, (a, e) in enumerate(zip(got, want)):
+            assert a.shape == e.shape and a.dtype == e.dtype, (x.shape, i)
+            np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-5, err_msg=f"{x.shape} {i}")
+        if x.ndim == 4 and x.strides == nhwc.transpose(0, 3, 1, 2).strides:
+            assert got[0].strides == got[1].strides == got[5].strides == x.strides
+    assert affine_norm.batch_norm_grad_cuda(g, x, w, None, s, mean) is NotImplemented
