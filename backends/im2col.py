@@ -39,15 +39,41 @@ def im2col_cpu(a: np.ndarray, kernel: tuple[int, int], stride: int, padding: int
     return strided_im2col(np.zeros, _read_only_strided, a, kernel, stride, padding)
 
 
+#: one thread per window entry (n, ho, wo, a, b, c), ordered as the reference's columns: the
+#: input pixel it reads, or zero where the window lies over the padding
+IM2COL_CUDA = """
+const long long k = i % K, p = i / K;
+const long long c = k % C, b = (k / C) % KW, a = k / (C * KW);
+const long long wo = p % WO, ho = (p / WO) % HO, n = p / (WO * HO);
+const long long y = ho * S + a - P, x = wo * S + b - P;
+res = (y < 0 || y >= H || x < 0 || x >= W) ? (T)0 : src[((n * H + y) * W + x) * C + c];
+"""
+
+
 def im2col_cuda(a: Any, kernel: tuple[int, int], stride: int, padding: int) -> Any:
-    """The windows as one strided view of the padded input (cupy's), copied once."""
+    """The windows gathered by one kernel (float32 and float64; no padded copy), or as one
+    strided view of the padded input (cupy's), copied once (other dtypes)."""
     from . import device_of
 
     gpu = device_of(a)
     cp = gpu.cupy
+    if dtype_name(a.dtype) not in ("float32", "float64"):
+        with gpu.native:
+            return strided_im2col(cp.zeros, cp.lib.stride_tricks.as_strided, a, kernel,
+                                  stride, padding)
+    n, h, w, c = a.shape
+    (kh, kw), s, p = kernel, stride, padding
+    ho, wo = (h + 2 * p - kh) // s + 1, (w + 2 * p - kw) // s + 1
+    i64 = np.int64
     with gpu.native:
-        return strided_im2col(cp.zeros, cp.lib.stride_tricks.as_strided, a, kernel, stride,
-                              padding)
+        src = cp.ascontiguousarray(a)
+        out = cp.empty((n, ho, wo, kh * kw * c), dtype=a.dtype)
+        k = gpu.elementwise_kernel(
+            "im2col", "raw T src, int64 H, int64 W, int64 C, int64 KW, int64 K, int64 S, "
+            "int64 P, int64 HO, int64 WO", "T res", IM2COL_CUDA)
+        k(src, i64(h), i64(w), i64(c), i64(kw), i64(kh * kw * c), i64(s), i64(p), i64(ho),
+          i64(wo), out)
+        return out
 
 
 #: one thread per input pixel and channel (n, y, x, c): the sum over the taps (a, b), in

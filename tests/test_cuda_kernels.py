@@ -349,3 +349,38 @@ def test_batch_norm_kernels_get_their_arguments_in_the_kernels_order(monkeypatch
         if x.ndim == 4 and x.strides == nhwc.transpose(0, 3, 1, 2).strides:
             assert got[0].strides == got[1].strides == got[5].strides == x.strides
     assert affine_norm.batch_norm_grad_cuda(g, x, w, None, s, mean) is NotImplemented
+
+
+def _run_c_body(body: str, size: int, **values) -> np.ndarray:
+    """An elementwise kernel's C body run by numpy over every output index i at once: its
+    integer arithmetic (C division of non-negative numbers as //), and one final
+    `res = (cond) ? (T)0 : src[index];` as a masked gather from the flat `src`."""
+    import re
+
+    *lines, last = [line.strip().rstrip(";") for line in body.strip().splitlines()]
+    scope = {"i": np.arange(size, dtype=np.int64), **values}
+    for line in lines:
+        for statement in line.replace("const long long ", "").split(", "):
+            name, expr = statement.split(" = ", 1)
+            scope[name.strip()] = eval(expr.replace(" / ", " // "), {}, scope)
+    cond, index = re.fullmatch(r"res = \((.*)\) \? \(T\)0 : src\[(.*)\]", last).groups()
+    cond = eval(" | ".join(f"({c})" for c in cond.split(" || ")), {}, scope)
+    index = eval(index.replace(" / ", " // "), {}, scope)
+    src = values["src"].reshape(-1)
+    return np.where(cond, 0, src[np.where(cond, 0, index)])
+
+
+def test_im2col_kernels_index_arithmetic_gathers_the_references_columns():
+    """(no GPU) IM2COL_CUDA's C body, its integer arithmetic run by numpy over every output
+    index: the reference's windows (padding, strides, kernels that are not square)."""
+    from needle.backends.im2col import IM2COL_CUDA
+    from needle.ops.im2col import im2col_portable
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((2, 7, 6, 3))
+    for (kh, kw), s, p in [((3, 3), 1, 1), ((2, 3), 2, 0), ((5, 5), 3, 2), ((7, 7), 4, 3)]:
+        want = im2col_portable(a, (kh, kw), s, p)
+        n, ho, wo, k = want.shape
+        got = _run_c_body(IM2COL_CUDA, want.size, src=a, H=7, W=6, C=3, KW=kw, K=k, S=s, P=p,
+                          HO=ho, WO=wo)
+        np.testing.assert_array_equal(got.reshape(want.shape), want)
