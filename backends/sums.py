@@ -4,9 +4,10 @@ needle.kernels.SUM).
 A cupy reduction costs 30-70 us of host time to launch (seen in H100 profiles: about 25 of
 them in a training step, the bias gradients' and the softmaxes' sums); these are plain
 kernel launches. One block sums each row (trailing axes) or each 32 columns (leading axes),
-in a fixed order of its own: deterministic, a few float32 ulps from cupy's order. Layouts
-with too little parallelism for one block per output (a few outputs of many terms), other
-dtypes and empty sums go to cupy (NotImplemented: the reference).
+in a fixed order of its own: deterministic, a few float32 ulps from cupy's order. A long
+sum over few columns (a convolution's bias adjoint: N * H * W rows, a few dozen channels) is
+summed in parts of 1,024 rows, a block each, then the parts. Few long rows, other dtypes and
+empty sums go to cupy (NotImplemented: the reference).
 """
 
 from __future__ import annotations
@@ -30,6 +31,18 @@ extern "C" __global__ void sum_rows(const T* x, T* out, long long d) {
     if (threadIdx.x == 0) out[blockIdx.x] = total;
 }
 
+// the same over rows [blockIdx.y * rows, (blockIdx.y + 1) * rows): one partial sum per block
+extern "C" __global__ void sum_cols_part(const T* x, T* out, long long n, long long d,
+                                         long long rows) {
+    __shared__ T buf[32 * 33];
+    long long j = blockIdx.x * 32LL + threadIdx.x;
+    long long start = blockIdx.y * rows, stop = start + rows < n ? start + rows : n;
+    T acc = 0;
+    if (j < d) for (long long i = start + threadIdx.y; i < stop; i += 32) acc += x[i * d + j];
+    T total = column_sum(acc, buf);
+    if (j < d && threadIdx.y == 0) out[blockIdx.y * d + j] = total;
+}
+
 extern "C" __global__ void sum_cols(const T* x, T* out, long long n, long long d) {
     __shared__ T buf[32 * 33];
     long long j = blockIdx.x * 32LL + threadIdx.x;
@@ -43,6 +56,9 @@ extern "C" __global__ void sum_cols(const T* x, T* out, long long n, long long d
 #: a block sums at most this many terms where there are few blocks (else cupy's reduction,
 #: which splits long sums over many blocks, is faster)
 _MAX_TERMS_PER_BLOCK = 1 << 15
+#: where there are few blocks, a long sum over columns is summed in parts of this many rows
+#: (one block each), then the parts (a convolution's bias adjoint: N * H * W rows)
+_PART_ROWS = 1024
 
 
 def sum_cuda(a: Any, axes: tuple[int, ...] | None, keepdims: bool = False) -> Any:
@@ -62,18 +78,27 @@ def sum_cuda(a: Any, axes: tuple[int, ...] | None, keepdims: bool = False) -> An
     how, n, d = layout
     blocks = n if how == "rows" else (d + 31) // 32
     terms = d if how == "rows" else 32 * n
+    chunks = 1  # a long sum over few columns: in parts of _PART_ROWS rows first
     if blocks < 64 and terms > _MAX_TERMS_PER_BLOCK:
-        return NotImplemented
+        chunks = (n + _PART_ROWS - 1) // _PART_ROWS
+        if how == "rows" or 32 * chunks > _MAX_TERMS_PER_BLOCK:
+            return NotImplemented
     gpu = device_of(a)
     cp = gpu.cupy
     out_shape = (tuple(1 if i in axes else s for i, s in enumerate(shape)) if keepdims
                  else tuple(s for i, s in enumerate(shape) if i not in axes))
+    i64 = np.int64
     with gpu.native:
         a = cp.ascontiguousarray(a)
         out = cp.empty(out_shape, dtype=a.dtype)
         kernel = gpu.raw_kernel(f"sum_{how}", SUM_SOURCE, f"sum_{how}", dtype)
         if how == "rows":
-            kernel((n,), (_threads(d),), (a, out, np.int64(d)))
+            kernel((n,), (_threads(d),), (a, out, i64(d)))
+        elif chunks == 1:
+            kernel(((d + 31) // 32,), (32, 32), (a, out, i64(n), i64(d)))
         else:
-            kernel(((d + 31) // 32,), (32, 32), (a, out, np.int64(n), np.int64(d)))
+            part = cp.empty((chunks, d), dtype=a.dtype)
+            gpu.raw_kernel("sum_cols_part", SUM_SOURCE, "sum_cols_part", dtype)(
+                ((d + 31) // 32, chunks), (32, 32), (a, part, i64(n), i64(d), i64(_PART_ROWS)))
+            kernel(((d + 31) // 32,), (32, 32), (part, out, i64(chunks), i64(d)))
     return out

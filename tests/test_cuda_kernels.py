@@ -214,7 +214,7 @@ RAW_KERNELS = {
     "index_add": ("SEGMENT_SOURCE", ("segment_sum",)),
     "normalize": ("SOURCE", ("norm_rows", "norm_cols", "norm_grad_rows", "norm_grad_cols")),
     "softmax": ("SOURCE", ("softmax_rows", "softmax_grad_rows")),
-    "sums": ("SUM_SOURCE", ("sum_rows", "sum_cols")),
+    "sums": ("SUM_SOURCE", ("sum_rows", "sum_cols_part", "sum_cols")),
 }
 
 
@@ -304,22 +304,17 @@ def test_batch_norm_kernels_get_their_arguments_in_the_kernels_order(monkeypatch
     and laid out as the reference's, to float rounding. The kernels themselves run in
     test_kernels.py where cupy sees a GPU."""
     import contextlib
-    import re
     from types import SimpleNamespace as NS
 
     from needle.backends import affine_norm
     from needle.ops.affine_norm import batch_norm_grad_portable, batch_norm_portable
-
-    def signature(entry):
-        params = re.search(rf"void {entry}\(([^)]*)\)", affine_norm.BN_SOURCE).group(1)
-        return [p.split()[-1].lstrip("*") for p in params.split(",")]
 
     emulations = {"bn_cols": _bn_cols, "bn_grad_cols": _bn_grad_cols}
 
     def raw_kernel(name, source, entry, dtype):
         assert source is affine_norm.BN_SOURCE and name == entry and dtype in ("float32",
                                                                               "float64")
-        names = signature(entry)
+        names = _kernel_arguments(source, entry)
 
         def launch(grid, block, args):
             assert block == (32, 32) and len(args) == len(names)
@@ -384,3 +379,65 @@ def test_im2col_kernels_index_arithmetic_gathers_the_references_columns():
         got = _run_c_body(IM2COL_CUDA, want.size, src=a, H=7, W=6, C=3, KW=kw, K=k, S=s, P=p,
                           HO=ho, WO=wo)
         np.testing.assert_array_equal(got.reshape(want.shape), want)
+
+
+def _kernel_arguments(source: str, entry: str) -> list[str]:
+    """The parameter names of `entry`'s CUDA signature in `source`."""
+    import re
+
+    params = re.search(rf"void {entry}\(([^)]*)\)", source).group(1)
+    return [p.split()[-1].lstrip("*") for p in params.split(",")]
+
+
+def test_sums_get_their_arguments_in_the_kernels_order(monkeypatch):
+    """(no GPU: numpy in cupy's place, numpy kernels taking the CUDA signatures' arguments
+    by name and the grid) sum_cuda's rows, columns, and long column sums in parts (the
+    parts' grid and their second sum): the reference's sums to float rounding."""
+    import contextlib
+    from types import SimpleNamespace as NS
+
+    from needle.backends import sums
+
+    def sum_rows(grid, x, out, d):
+        out.reshape(-1)[...] = x.reshape(-1, int(d)).sum(axis=1)
+
+    def sum_cols(grid, x, out, n, d):
+        out.reshape(-1)[...] = x.reshape(int(n), int(d)).sum(axis=0)
+
+    def sum_cols_part(grid, x, out, n, d, rows):
+        x, rows = x.reshape(int(n), int(d)), int(rows)
+        assert grid[1] == out.shape[0] == -(-int(n) // rows)
+        for c in range(grid[1]):
+            out[c] = x[c * rows:(c + 1) * rows].sum(axis=0)
+
+    emulations = {"sum_rows": sum_rows, "sum_cols": sum_cols, "sum_cols_part": sum_cols_part}
+    launched = []
+
+    def raw_kernel(name, source, entry, dtype):
+        names = _kernel_arguments(source, entry)
+
+        def launch(grid, block, args):
+            assert len(args) == len(names) and all(
+                a.flags.c_contiguous for a in args if isinstance(a, np.ndarray))
+            launched.append(entry)
+            emulations[entry](grid, **dict(zip(names, args)))
+        return launch
+
+    fake = NS(cupy=NS(ascontiguousarray=np.ascontiguousarray, empty=np.empty),
+              native=contextlib.nullcontext(), raw_kernel=raw_kernel)
+    monkeypatch.setattr(sums, "device_of", lambda a: fake)
+    rng = np.random.default_rng(0)
+    for shape, axes, keepdims, kernels in [
+            ((6, 5), (1,), True, ["sum_rows"]), ((300, 70), (0,), False, ["sum_cols"]),
+            ((70000, 3), (0,), True, ["sum_cols_part", "sum_cols"]),
+            ((8, 33, 5), (0, 1), False, ["sum_cols"]), ((2, 50000), (1,), False, [])]:
+        a = rng.standard_normal(shape)  # (float64: numpy's own float32 sum over axis 0 of
+        launched.clear()  # 70,000 rows is a plain running sum, 1e-5 from the parts')
+        got = sums.sum_cuda(a, axes, keepdims)
+        assert launched == kernels, shape
+        if not kernels:
+            assert got is NotImplemented
+            continue
+        want = a.sum(axis=axes, keepdims=keepdims)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-10)

@@ -484,9 +484,10 @@ def softmax_grad_cases(device, rng):
 
 
 def sum_cases(device, rng):
-    """Rows, columns, keepdims or not, all axes, float64, a view, and layouts the cuda
-    version leaves to cupy (interior axes; a long sum with few outputs): float32 sums in
-    another order agree to a few ulps (1e-5 relative, 1e-5 absolute on terms of about 1)."""
+    """Rows, columns, keepdims or not, all axes, float64, a view, a long sum over few
+    columns (cuda: in parts of 1,024 rows, then the parts) and layouts the cuda version
+    leaves to cupy (interior axes; few long rows): float32 sums in another order agree to a
+    few ulps (1e-5 relative, 1e-5 absolute on terms of about 1)."""
     cases = []
     for shape, axes, keepdims, dtype in [
             ((6, 5), (1,), True, "float32"), ((6, 5), (0,), False, "float32"),
