@@ -127,7 +127,7 @@ def batch_norm_cuda(x: Any, w: Any, b: Any, eps: float) -> Any:
     keep = (1, c) + (1,) * (x.ndim - 2)
     with gpu.native:
         rows = cp.ascontiguousarray(_rows(xp, x))
-        out, y = cp.empty_like(rows), cp.empty_like(rows)
+        out, y = (cp.empty(rows.shape, dtype=rows.dtype) for _ in range(2))
         s, mean, var = (cp.empty(keep, dtype=x.dtype) for _ in range(3))
         gpu.raw_kernel("bn_cols", BN_SOURCE, "bn_cols", dtype)(
             ((c + 31) // 32,), (32, 32),
@@ -150,7 +150,7 @@ def batch_norm_grad_cuda(g: Any, x: Any, w: Any, y: Any, s: Any, mean: Any) -> A
     with gpu.native:
         rows_g = cp.ascontiguousarray(_rows(xp, g))
         rows_y = cp.ascontiguousarray(_rows(xp, y))
-        dx = cp.empty_like(rows_y)
+        dx = cp.empty(rows_y.shape, dtype=rows_y.dtype)
         dw, db = cp.empty((c,), dtype=g.dtype), cp.empty((c,), dtype=g.dtype)
         gpu.raw_kernel("bn_grad_cols", BN_SOURCE, "bn_grad_cols", dtype)(
             ((c + 31) // 32,), (32, 32),
