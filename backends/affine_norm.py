@@ -32,21 +32,15 @@ __device__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
 __device__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
 __device__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
 
-// x (n, d) contiguous, normalised over axis 0 as norm_cols, and out = y w + b
+// x (n, d) contiguous, normalised over axis 0 as norm_cols (its column_stats), and
+// out = y w + b
 extern "C" __global__ void bn_cols(const T* x, const T* w, const T* b, T* out, T* y, T* s,
                                    T* mean, T* var, long long n, long long d, T eps) {
     __shared__ T buf[32 * 33];
     long long j = blockIdx.x * 32LL + threadIdx.x;
     bool ok = j < d;
-    T acc = 0;
-    if (ok) for (long long i = threadIdx.y; i < n; i += 32) acc += x[i * d + j];
-    T mu = column_sum(acc, buf) / (T)n;
-    acc = 0;
-    if (ok) for (long long i = threadIdx.y; i < n; i += 32) {
-        T c = x[i * d + j] - mu;
-        acc += c * c;
-    }
-    T v = column_sum(acc, buf) / (T)n;
+    T mu, v;
+    column_stats(x, n, d, j, ok, buf, &mu, &v);
     T sd = sqrt(v + eps);
     if (ok) {
         T wj = w[j], bj = b[j];

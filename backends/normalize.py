@@ -50,6 +50,22 @@ __device__ T column_sum(T v, T* buf) {
     __syncthreads();
     return out;
 }
+
+// block (32, 32): the mean and variance of column j of x (n, d) contiguous, in two passes
+// (every thread of the block calls it; ok: j < d)
+__device__ void column_stats(const T* x, long long n, long long d, long long j, bool ok,
+                             T* buf, T* mean, T* var) {
+    T acc = 0;
+    if (ok) for (long long i = threadIdx.y; i < n; i += 32) acc += x[i * d + j];
+    T mu = column_sum(acc, buf) / (T)n;
+    acc = 0;
+    if (ok) for (long long i = threadIdx.y; i < n; i += 32) {
+        T c = x[i * d + j] - mu;
+        acc += c * c;
+    }
+    *mean = mu;
+    *var = column_sum(acc, buf) / (T)n;
+}
 """
 
 SOURCE = HELPERS + r"""
@@ -84,15 +100,8 @@ extern "C" __global__ void norm_cols(const T* x, T* y, T* s, T* mean, T* var,
     __shared__ T buf[32 * 33];
     long long j = blockIdx.x * 32LL + threadIdx.x;
     bool ok = j < d;
-    T acc = 0;
-    if (ok) for (long long i = threadIdx.y; i < n; i += 32) acc += x[i * d + j];
-    T mu = column_sum(acc, buf) / (T)n;
-    acc = 0;
-    if (ok) for (long long i = threadIdx.y; i < n; i += 32) {
-        T c = x[i * d + j] - mu;
-        acc += c * c;
-    }
-    T v = column_sum(acc, buf) / (T)n;
+    T mu, v;
+    column_stats(x, n, d, j, ok, buf, &mu, &v);
     T sd = sqrt(v + eps);
     if (ok) {
         for (long long i = threadIdx.y; i < n; i += 32) y[i * d + j] = (x[i * d + j] - mu) / sd;

@@ -76,8 +76,8 @@ def layer_norm_grad_portable(g, x, w, y, s, mean):
 
 #: on torch PyTorch's batch and layer norm with their affine map: one op forward (batch norm:
 #: with var_mean for the running statistics) and one backward for all three adjoints, where
-#: Normalize and ScaleShift make about nine; on cuda BatchNorm's products are kernels that
-#: keep a convolution's channels-last layout (backends/affine_norm.py); elsewhere the
+#: Normalize and ScaleShift make about nine; on cuda BatchNorm is one kernel each way that
+#: keeps a convolution's channels-last layout (backends/affine_norm.py); elsewhere the
 #: reference, on NORMALIZE's fast versions
 BATCH_NORM = Kernel("batch_norm", batch_norm_portable,
                     fast={"torch": "needle.backends.normalize_torch:batch_norm_torch",
