@@ -56,8 +56,33 @@ def _max(x, /, *, axis=None, keepdims=False):
     return np.maximum.reduce(x, axis=axis, keepdims=keepdims)
 
 
+def direct_views(compat: Any) -> dict[str, Any]:
+    """`reshape` (no copy asked), `permute_dims` and `matrix_transpose` as the array methods
+    of a library with numpy's API (numpy, cupy), for its array-api-compat namespace `compat`.
+
+    compat routes each through Python wrappers of its own (`get_xp`'s and a generic alias:
+    a few us a call, more than the view costs; a transformer step makes about 150 of
+    them); the results are the same arrays, and other calls (a copy asked, a 1-d
+    transpose) get compat's own, with its errors.
+    """
+    compat_reshape, compat_matrix_transpose = compat.reshape, compat.matrix_transpose
+
+    def reshape(x, /, shape, *, copy=None):
+        return x.reshape(shape) if copy is None else compat_reshape(x, shape, copy=copy)
+
+    def permute_dims(x, /, axes):
+        return x.transpose(axes)
+
+    def matrix_transpose(x, /):
+        return x.swapaxes(-1, -2) if x.ndim >= 2 else compat_matrix_transpose(x)  # its error
+
+    return {"reshape": reshape, "permute_dims": permute_dims,
+            "matrix_transpose": matrix_transpose}
+
+
 def numpy_namespace() -> types.ModuleType:
-    """array_api_compat.numpy with `sum`, `max`, `reshape` and `matmul` calling numpy directly.
+    """array_api_compat.numpy with `sum`, `max`, `matmul` and the views (`direct_views`)
+    calling numpy directly.
 
     Same semantics (the strict device checks that needle's calls are standard ones); on
     small arrays the Python wrappers of np.sum and compat's reshape cost more than the math.
@@ -66,12 +91,8 @@ def numpy_namespace() -> types.ModuleType:
 
     ns = types.ModuleType("needle.backends.cpu.xp", compat.__doc__)
     ns.__dict__.update({k: v for k, v in vars(compat).items() if not k.startswith("__")})
-    compat_reshape = compat.reshape
-
-    def reshape(x, /, shape, *, copy=None):
-        return x.reshape(shape) if copy is None else compat_reshape(x, shape, copy=copy)
-
-    ns.sum, ns.max, ns.reshape, ns.matmul = _sum, _max, reshape, np.matmul
+    ns.__dict__.update(direct_views(compat))
+    ns.sum, ns.max, ns.matmul = _sum, _max, np.matmul
     return ns
 
 

@@ -7,6 +7,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .cpu import direct_views
 from .device import Device
 from .splitmix import SET_STATE_CUDA, SPLITMIX_UNIFORM_AT_CUDA, SPLITMIX_UNIFORM_CUDA
 
@@ -17,28 +18,18 @@ INSTALL_HINT = ("install the GPU extra for your CUDA version (nvidia-smi's \"CUD
 def direct_namespace(compat: Any, lib: Any,
                      capturing: Callable[[], bool] = lambda: False) -> types.ModuleType:
     """`compat` (array_api_compat.cupy) with `reshape` (no copy asked), `permute_dims`,
-    `matrix_transpose` and `matmul` calling the library (`lib`: cupy) directly, and `stack`
-    and `concat` made by one copy per array while `capturing()` (a CUDA graph is captured:
-    cupy's own joins of many arrays copy a table of pointers from the host, which a capture
-    refuses).
+    `matrix_transpose` (cpu.direct_views) and `matmul` calling the library (`lib`: cupy)
+    directly, and `stack` and `concat` made by one copy per array while `capturing()` (a
+    CUDA graph is captured: cupy's own joins of many arrays copy a table of pointers from
+    the host, which a capture refuses).
 
-    compat routes each through two Python wrappers of its own (`get_xp`'s and a generic
-    alias: a few us a call; a ResNet9 step on an H100 made about 270 such calls, 145 of them
-    reshapes) to the same cupy function; the results are the same arrays. Written for any
-    library with numpy's API, so the cpu tests check it with numpy in cupy's place.
+    compat's wrappers cost a few us a call (a ResNet9 step on an H100 made about 270 such
+    calls, 145 of them reshapes); the results are the same arrays. Written for any library
+    with numpy's API, so the cpu tests check it with numpy in cupy's place.
     """
     ns = types.ModuleType(f"needle.backends.cuda.xp({lib.__name__})", compat.__doc__)
     ns.__dict__.update({k: v for k, v in vars(compat).items() if not k.startswith("__")})
-    compat_reshape, compat_matrix_transpose = compat.reshape, compat.matrix_transpose
-
-    def reshape(x, /, shape, *, copy=None):
-        return x.reshape(shape) if copy is None else compat_reshape(x, shape, copy=copy)
-
-    def permute_dims(x, /, axes):
-        return x.transpose(axes)
-
-    def matrix_transpose(x, /):
-        return x.swapaxes(-1, -2) if x.ndim >= 2 else compat_matrix_transpose(x)  # its error
+    ns.__dict__.update(direct_views(compat))
 
     compat_stack, compat_concat = compat.stack, compat.concat
 
@@ -60,7 +51,6 @@ def direct_namespace(compat: Any, lib: Any,
         _same_shapes("concat", arrays, axis)
         return _joined(lib, arrays, axis)
 
-    ns.reshape, ns.permute_dims, ns.matrix_transpose = reshape, permute_dims, matrix_transpose
     ns.matmul, ns.stack, ns.concat = lib.matmul, stack, concat
     return ns
 

@@ -147,9 +147,10 @@ def torch_namespace() -> Any:
     number as torch's clamp: compat's own make a tensor of the number on the device at every
     call, a host-to-device copy (a sync on a GPU: ReLU's max(a, 0) did one per call).
 
-    `reshape`, `sum` over given axes, `matmul` of one dtype and `permute_dims` call torch
-    directly: compat's Python around them (a dtype promotion per matmul) costs more host
-    time than the op on small arrays, and on a GPU the host's time is the step's."""
+    `reshape`, `sum` over given axes, `matmul` of one dtype, `permute_dims` and
+    `matrix_transpose` (of 2 or more dimensions) call torch directly: compat's Python around
+    them (a dtype promotion per matmul) costs more host time than the op on small arrays,
+    and on a GPU the host's time is the step's."""
     if not _NAMESPACE:
         import types
 
@@ -193,8 +194,12 @@ def torch_namespace() -> Any:
                 return out.view(*lead, *out.shape[-2:])
             return torch.matmul(x1, x2)
 
+        def matrix_transpose(x, /):
+            return x.transpose(-1, -2) if x.ndim >= 2 else compat.matrix_transpose(x)
+
         ns.maximum, ns.minimum, ns.reshape, ns.sum, ns.matmul = (maximum, minimum, reshape,
                                                                  sum, matmul)
+        ns.matrix_transpose = matrix_transpose
         ns.permute_dims = torch.permute
         _NAMESPACE.append(ns)
     return _NAMESPACE[0]

@@ -38,6 +38,7 @@ from harness import interleaved_ms  # noqa: E402
 import needle as ndl  # noqa: E402
 
 E, HIDDEN, LAYERS, HEADS, DIM_HEAD, T = 64, 128, 2, 4, 16, 64
+IMAGE = 32  # ResNet9's images are IMAGE x IMAGE (benchmarks/host_overhead.py makes them small)
 STEPS = {  # name -> (kind, size, batch)
     "mlp_h1024_b100": ("mlp", 1024, 100),
     "mlp_h4096_b1024": ("mlp", 4096, 1024),
@@ -87,7 +88,7 @@ def needle_step(kind: str, size: int | None, batch: int, device: ndl.Device,
 
         model = ResNet9(device=device)
         opt = ndl.optim.SGD(model.parameters(), lr=0.01)
-        X = ndl.Tensor(rng.random((batch, 3, 32, 32), dtype=np.float32), device=device)
+        X = ndl.Tensor(rng.random((batch, 3, IMAGE, IMAGE), dtype=np.float32), device=device)
         y = ndl.Tensor(rng.integers(0, 10, batch), device=device)
         loss_of = lambda: ndl.nn.SoftmaxLoss()(model(X), y)  # noqa: E731
     else:
@@ -162,7 +163,10 @@ def torch_models(kind: str, size: int | None):
     return torch_transformer(E, HIDDEN, LAYERS, HEADS, DIM_HEAD, 2048)
 
 
-def torch_step(kind: str, size: int | None, batch: int, device: str = "cuda") -> Callable:
+def torch_step(kind: str, size: int | None, batch: int, device: str = "cuda",
+               foreach: bool | None = None) -> Callable:
+    """PyTorch's eager step; `foreach` is its optimizers' (None: PyTorch's default, the
+    multi-tensor updates on a GPU and one tensor at a time on the cpu)."""
     import torch
 
     torch.manual_seed(0)
@@ -170,18 +174,20 @@ def torch_step(kind: str, size: int | None, batch: int, device: str = "cuda") ->
     model = torch_models(kind, size).to(dev)
     gen = torch.Generator(device=dev).manual_seed(0)
     if kind == "transformer":
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=foreach)
         X = torch.randn(T, batch, E, device=dev, generator=gen)
 
         def loss_of():
             out, _ = model(X)
             return (out * out).mean()
     else:
-        shape = (batch, 784) if kind == "mlp" else (batch, 3, 32, 32)
+        shape = (batch, 784) if kind == "mlp" else (batch, 3, IMAGE, IMAGE)
         X = torch.rand(shape, device=dev, generator=gen)
         y = torch.randint(0, 10, (batch,), device=dev, generator=gen)
-        opt = (torch.optim.Adam(model.parameters(), lr=0.001, weight_decay=0.001)
-               if kind == "mlp" else torch.optim.SGD(model.parameters(), lr=0.01))
+        opt = (torch.optim.Adam(model.parameters(), lr=0.001, weight_decay=0.001,
+                                foreach=foreach)
+               if kind == "mlp" else torch.optim.SGD(model.parameters(), lr=0.01,
+                                                     foreach=foreach))
         loss_of = lambda: torch.nn.functional.cross_entropy(model(X), y)  # noqa: E731
     model.train()
 

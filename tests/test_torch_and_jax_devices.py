@@ -219,7 +219,7 @@ def test_torch_relu_and_clamps_make_no_tensor_of_the_python_number(monkeypatch):
 
 
 def test_torch_namespaces_direct_functions_agree_with_array_api_compats():
-    """reshape, sum, matmul and permute_dims skip compat's Python where it has nothing to do
+    """reshape, sum, matmul, permute_dims and matrix_transpose skip compat's Python where it has nothing to do
     (no copy asked, axes given, one dtype): the same results, dtypes and errors as compat's
     on every call form needle makes, compat's own function for the rest."""
     torch = pytest.importorskip("torch")
@@ -250,3 +250,8 @@ def test_torch_namespaces_direct_functions_agree_with_array_api_compats():
     same(xp.matmul(x, b.double()), compat.matmul(x, b.double()))  # promoted to float64
     assert xp.matmul(x, b.double()).dtype == torch.float64
     same(xp.permute_dims(x, (2, 0, 1)), compat.permute_dims(x, (2, 0, 1)))
+    for a in (x, b, ints):
+        same(xp.matrix_transpose(a), compat.matrix_transpose(a))
+    assert xp.matrix_transpose(x).data_ptr() == x.data_ptr()  # a view, as compat's
+    with pytest.raises(ValueError, match="at least 2-dimensional"):  # compat's error
+        xp.matrix_transpose(torch.ones(3))
