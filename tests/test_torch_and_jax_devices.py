@@ -219,9 +219,9 @@ def test_torch_relu_and_clamps_make_no_tensor_of_the_python_number(monkeypatch):
 
 
 def test_torch_namespaces_direct_functions_agree_with_array_api_compats():
-    """reshape, sum, matmul, permute_dims and matrix_transpose skip compat's Python where it has nothing to do
-    (no copy asked, axes given, one dtype): the same results, dtypes and errors as compat's
-    on every call form needle makes, compat's own function for the rest."""
+    """reshape, sum, matmul, permute_dims and matrix_transpose skip compat's Python where it
+    has nothing to do (no copy asked, axes given, one dtype): the same results, dtypes and
+    errors as compat's on every call form needle makes, compat's own function for the rest."""
     torch = pytest.importorskip("torch")
     import array_api_compat.torch as compat
 
