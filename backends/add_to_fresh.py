@@ -6,6 +6,8 @@ from typing import Any
 
 import numpy as np
 
+from . import device_of
+
 
 def add_to_fresh_cpu(out: Any, b: Any) -> Any:
     """In place when `b` broadcasts to out's shape with out's dtype: no second array; else
@@ -20,8 +22,6 @@ def add_to_fresh_cuda(out: Any, b: Any) -> Any:
     """The same on a GPU: cupy's add into `out` where the result fits it, else `out + b`."""
     if (type(b) is type(out) and b.dtype == out.dtype and out.flags.c_contiguous
             and (b.shape == out.shape or np.broadcast_shapes(out.shape, b.shape) == out.shape)):
-        from . import device_of
-
         gpu = device_of(out)
         with gpu.native:
             return gpu.cupy.add(out, b, out=out)

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from . import device_of
 from .dtype_names import dtype_name
 
 
@@ -99,8 +100,6 @@ def softmax_xent_cuda(logits: Any, labels: Any) -> tuple[Any, Any, Any]:
     """(mean cross-entropy, exp(logits - row max), row sums) with one kernel for the rows
     (the row sums in another order than cupy's: a few ulps) and one sum over them; rows
     whose max is NaN give a NaN loss, as the reference's (its e, NaN-shifted, differs)."""
-    from . import device_of
-
     n, k = logits.shape
     dtype = dtype_name(logits.dtype)
     if not n or not k or dtype not in _TYPES:
@@ -122,8 +121,6 @@ def softmax_xent_grad_cuda(e: Any, sums: Any, labels: Any, g: Any,
                            overwrite: bool = False) -> Any:
     """g (softmax - onehot(labels)) / n in one elementwise kernel (after the scale's), into a
     fresh array (`overwrite` is allowed, not used)."""
-    from . import device_of
-
     n, k = e.shape
     if (not e.size or dtype_name(e.dtype) not in _TYPES or g.dtype != e.dtype
             or sums.dtype != e.dtype):

@@ -7,6 +7,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import device_of
 from .dtype_names import dtype_name
 
 
@@ -53,8 +54,6 @@ res = (y < 0 || y >= H || x < 0 || x >= W) ? (T)0 : src[((n * H + y) * W + x) * 
 def im2col_cuda(a: Any, kernel: tuple[int, int], stride: int, padding: int) -> Any:
     """The windows gathered by one kernel (float32 and float64; no padded copy), or as one
     strided view of the padded input (cupy's), copied once (other dtypes)."""
-    from . import device_of
-
     gpu = device_of(a)
     cp = gpu.cupy
     if dtype_name(a.dtype) not in ("float32", "float64"):
@@ -97,8 +96,6 @@ res = acc;
 def col2im_cuda(taps: Any, shape: tuple, kernel: tuple[int, int], stride: int,
                 padding: int) -> Any:
     """The windows added back in one kernel: a gather per input pixel, no atomics."""
-    from . import device_of
-
     if taps.ndim != 5 or dtype_name(taps.dtype) not in ("float32", "float64"):
         return NotImplemented
     gpu = device_of(taps)

@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import device_of
 from .dtype_names import dtype_name
 
 
@@ -62,8 +63,6 @@ def index_add_cuda(indices: Any, values: Any, n: int) -> Any:
     order: deterministic (cupy.add.at's atomic adds are not: two runs could differ in the
     last bit), though not in numpy reduceat's order. Ids outside [0, n) are skipped (the index
     check, deferred on a GPU, reports them). Other dtypes use cupy.add.at."""
-    from . import device_of
-
     gpu = device_of(values)
     cp = gpu.cupy
     m = indices.shape[0]
