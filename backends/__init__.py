@@ -109,7 +109,10 @@ class DeviceKind(NamedTuple):
 #: Device subclass and one row here.
 DEVICES: dict[str, DeviceKind] = {
     "cpu": DeviceKind(cpu, ("numpy",), _numeric_numpy, lambda a: cpu()),
-    "cuda": DeviceKind(cuda, ("cupy",), _class_named("ndarray"), lambda a: cuda(a.device.id)),
+    # (a.data.device_id: the memory's GPU as a plain int; a.device makes a cupy Device each
+    # time, and every cuda kernel asks for its arrays' device)
+    "cuda": DeviceKind(cuda, ("cupy",), _class_named("ndarray"),
+                       lambda a: cuda(a.data.device_id)),
     "strict": DeviceKind(strict, ("array_api_strict",), _class_named("Array"),
                          _strict_device_of),
     "torch": DeviceKind(torch, ("torch",), _class_named("Tensor"),

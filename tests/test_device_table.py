@@ -87,3 +87,22 @@ def test_a_new_kind_is_one_row_of_the_table(monkeypatch):
 def test_an_unknown_kind_names_the_known_ones():
     with pytest.raises(ValueError, match="'tpu'; needle has cpu, cuda, strict, torch, jax"):
         backends.get_device("tpu")
+
+
+def test_a_cupy_arrays_device_is_read_from_its_memory_pointer():
+    """cuda's row reads the GPU from the array's memory (`a.data.device_id`, an int) rather
+    than `a.device`, which makes a cupy Device per call; checked here with a stand-in."""
+    from types import SimpleNamespace
+
+    class ndarray:  # noqa: N801 (cupy's class name, which the row matches)
+        __module__ = "cupy"
+
+        def __init__(self, gpu: int):
+            self.data = SimpleNamespace(device_id=gpu)
+
+        @property
+        def device(self):
+            raise AssertionError("a.device was read")
+
+    assert backends.device_of(ndarray(1)) is ndl.cuda(1)
+    assert backends.device_of(ndarray(0)) is ndl.cuda(0)
