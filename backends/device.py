@@ -336,6 +336,19 @@ class Device:
         """A host copy of one of this device's arrays."""
         raise NotImplementedError
 
+    # ----- memory layout ----------------------------------------------------------------
+    def conv_weights(self, array: Any) -> Any:
+        """(K, K, C_in, C_out) convolution weights laid out in memory as this device's
+        convolution reads them: the same values and shape (here `array` itself; torch
+        stores them as (C_out, C_in, K, K))."""
+        return array
+
+    def c_contiguous(self, array: Any) -> bool:
+        """Whether `array`'s elements lie in C order in memory, so that its reshape to one
+        dimension is a view (True where the library shows no layout)."""
+        flags = getattr(array, "flags", None)
+        return True if flags is None else bool(flags.c_contiguous)
+
     def asarray(self, obj: Any, dtype: Any = None) -> Any:
         """A new array on this device from a list, scalar, numpy array or any device's array.
 

@@ -6,8 +6,9 @@ the portable rule's order (torch's elementwise kernels round each op once), so t
 are the portable rule's to the bit. Updating in place lets the optimizer keep its flat arrays
 and the parameters' views of them from one step to the next, where new arrays would be
 sliced and reshaped back into every parameter at every step (three views per parameter).
-State given as None starts as zeros; a tensor that is not contiguous is copied first, and
-the copy returned.
+State given as None starts as zeros (laid out as the parameter); a tensor whose elements do
+not fill its memory once each in some order of its axes (an expanded view) is copied
+first, and the copy returned.
 """
 
 from __future__ import annotations
@@ -17,9 +18,16 @@ from typing import Any
 import torch
 
 
+def _dense(a: torch.Tensor) -> bool:
+    """Whether `a`'s elements fill its memory once each in some order of its axes (C order,
+    or a permutation of it: torch's conv weights are (C_out, C_in, K, K) in memory)."""
+    order = sorted(range(a.ndim), key=lambda i: -a.stride(i))
+    return a.permute(order).is_contiguous()
+
+
 def _own(a: torch.Tensor) -> torch.Tensor:
-    """`a` where it can be updated in place, else a contiguous copy."""
-    return a if a.is_contiguous() else a.contiguous()
+    """`a` where it can be updated in place (its layout kept), else a contiguous copy."""
+    return a if a.is_contiguous() or _dense(a) else a.contiguous()
 
 
 def _state(a: torch.Tensor | None, param: torch.Tensor) -> torch.Tensor:

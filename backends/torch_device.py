@@ -127,6 +127,16 @@ class TorchDevice(Device):
             return self._torch.from_numpy(array)
         return self.from_numpy(array)
 
+    def conv_weights(self, array: Any) -> Any:
+        """The weights in (C_out, C_in, K, K) memory order, seen as (K, K, C_in, C_out):
+        PyTorch's convolution (cuDNN, oneDNN) reads exactly that layout as it is from an
+        NCHW input, and copied any other into it at every call, forward and backward."""
+        return array.permute(3, 2, 0, 1).contiguous().permute(2, 3, 1, 0)
+
+    def c_contiguous(self, array: Any) -> bool:
+        """torch's own test of C order (a tensor has no numpy flags)."""
+        return array.is_contiguous()
+
     @property
     def defers_checks(self) -> bool:
         """On a GPU (cuda, mps) a read to the host is a sync: checks wait for the next one."""

@@ -363,3 +363,59 @@ def test_conv_bias_is_added_in_the_node_and_checked(device):
     np.testing.assert_allclose(out.numpy(), (ndl.conv(a, b, 1, 1) + c).numpy(), rtol=1e-12)
     with pytest.raises(ValueError, match=r"bias must have shape \(2,\).*found \(3,\)"):
         ndl.conv(a, b, 1, 1, bias=ndl.Tensor(np.zeros(3), device=device))
+
+
+@pytest.mark.parametrize("place", ["cpu", "cuda"])
+def test_torch_conv_weights_are_read_in_place_and_train_as_contiguous_ones(place):
+    """On torch nn.Conv keeps its (K, K, C_in, C_out) weights in (C_out, C_in, K, K) memory
+    order (`Device.conv_weights`), the layout PyTorch's convolution reads as it is: its
+    forward and backward copy no weights (with C-ordered weights they copied them at every
+    call), and SGD with momentum and Adam keep that layout (such a parameter is updated on
+    its own arrays, outside the flat groups). The numbers of three steps are those of the
+    same model with C-ordered weights, to the bit."""
+    pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+
+    device = ndl.torch(place)
+    if not device.enabled():
+        pytest.skip(device.unavailable_reason())
+
+    def model():
+        np.random.seed(0)
+        return nn.Sequential(nn.Conv(4, 8, 3, device=device), nn.ReLU(),
+                             nn.Conv(8, 8, 3, stride=2, device=device))
+
+    rng = np.random.default_rng(0)
+    x = ndl.Tensor(rng.standard_normal((2, 4, 6, 6)).astype(np.float32), device=device)
+    g = ndl.Tensor(rng.standard_normal((2, 8, 3, 3)).astype(np.float32), device=device)
+    results = []
+    for layout in ("conv", "C"):
+        for make in (lambda ps: ndl.optim.SGD(ps, lr=0.1, momentum=0.9),
+                     lambda ps: ndl.optim.Adam(ps, lr=0.01)):
+            net = model()
+            weights = [p for p in net.parameters() if p.ndim == 4]
+            for w in weights:
+                oihw = w._array.permute(3, 2, 0, 1)
+                assert oihw.is_contiguous() and not w._array.is_contiguous()
+                if layout == "C":
+                    w._array = w._array.contiguous()
+            opt = make(net.parameters())
+            for _ in range(3):
+                opt.reset_grad()
+                (net(x) * g).sum().backward()
+                opt.step()
+            assert all(w._array.permute(3, 2, 0, 1).is_contiguous() is (layout == "conv")
+                       for w in weights)  # the layout after three steps
+            results.append([p.numpy() for p in net.parameters()])
+    for conv_ordered, c_ordered in zip(results[:2], results[2:]):
+        for a, b in zip(conv_ordered, c_ordered):
+            np.testing.assert_array_equal(a, b)
+    # (profiled last: a backward to the input changes oneDNN's later choices on the cpu)
+    net, x.requires_grad = model(), True  # the full backward (the input's adjoint too)
+    (net(x) * g).sum().backward()
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        (net(x) * g).sum().backward()
+    shapes = {tuple(p._array.permute(3, 2, 0, 1).shape) for p in net.parameters() if p.ndim == 4}
+    copied = [e.input_shapes for e in prof.events()
+              if e.name == "aten::clone" and tuple(e.input_shapes[0]) in shapes]
+    assert copied == []

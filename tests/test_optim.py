@@ -427,6 +427,38 @@ def test_torch_in_place_updates_copy_a_tensor_that_is_not_contiguous():
         assert torch.equal(a, b)
 
 
+def test_torch_in_place_updates_keep_a_permuted_layout():
+    """A tensor whose elements fill its memory in another order of its axes (torch's conv
+    weights, (C_out, C_in, K, K) in memory) is updated in place, its layout kept, with the
+    portable rule's numbers; an expanded one (stride 0) is copied first."""
+    torch = pytest.importorskip("torch")
+    from needle.backends.optimizer_updates_torch import adam_torch, sgd_torch
+
+    def permuted(values):
+        return values.permute(3, 2, 0, 1).contiguous().permute(2, 3, 1, 0)
+
+    rng = np.random.default_rng(0)
+    p0, g0 = (torch.as_tensor(rng.standard_normal((3, 3, 2, 4)), dtype=torch.float32)
+              for _ in range(2))
+    hyper = {"lr": 0.1, "momentum": 0.5, "weight_decay": 0.01}
+    p, g, u = permuted(p0), permuted(g0), permuted(torch.full((3, 3, 2, 4), 0.5))
+    expected = sgd_portable(p0, g0, torch.full((3, 3, 2, 4), 0.5), **hyper)
+    new_p, new_u = sgd_torch(p, g, u, **hyper)
+    assert new_p is p and new_u is u and p.stride() == permuted(p0).stride()
+    for got, want in zip((new_p, new_u), expected):
+        assert torch.equal(got, want)
+    p = permuted(p0)
+    hyper = {"lr_t": 0.1, "beta1": 0.9, "beta2": 0.99, "eps_t": 1e-8, "weight_decay": 0.01}
+    expected = adam_portable(p0, g0, None, None, **hyper)
+    got = adam_torch(p, g, None, None, **hyper)
+    assert got[0] is p and all(a.stride() == p.stride() for a in got)  # state laid out alike
+    for a, b in zip(got, expected):
+        assert torch.equal(a, b)
+    wide = torch.zeros(4).expand(3, 4)  # stride 0: one element seen three times
+    assert sgd_torch(wide, torch.ones(3, 4), None, lr=0.1, momentum=0.0,
+                     weight_decay=0.0)[0] is not wide and (wide == 0).all()
+
+
 @pytest.mark.parametrize("rule", RULES)
 @pytest.mark.parametrize("shapes", [[BIG], MIXED], ids=["big", "mixed"])
 def test_step_never_changes_arrays_it_did_not_make(rule, shapes, device):

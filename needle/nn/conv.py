@@ -25,10 +25,12 @@ class Conv(Module):
         self.kernel_size = k = check_size("Conv", "kernel_size", kernel_size)
         self.stride = check_size("Conv", "stride", stride)
         self.padding = k // 2
-        # the course's draw order: weight first, then bias
-        self.weight = Parameter(init.kaiming_uniform(c_in * k * k, c_out * k * k,
-                                                     shape=(k, k, c_in, c_out),
-                                                     device=device, dtype=dtype))
+        # the course's draw order: weight first, then bias; the weights laid out in memory
+        # as the device's convolution reads them (the course's values and shape)
+        weight = init.kaiming_uniform(c_in * k * k, c_out * k * k, shape=(k, k, c_in, c_out),
+                                      device=device, dtype=dtype)
+        self.weight = Parameter.make_const(weight.device.conv_weights(weight._realize()),
+                                           requires_grad=True, device=weight.device)
         if bias:
             bound = 1.0 / math.sqrt(c_in * k * k)
             self.bias = Parameter(init.rand(c_out, low=-bound, high=bound, device=device,

@@ -111,8 +111,11 @@ class Optimizer:
         for i, p in enumerate(self.params):
             if p.grad is not None:
                 data = p._realize()
-                # big: its own arrays (updated with the other big ones of its device and dtype)
-                by_size = big if math.prod(data.shape) > self.flat_max_size else groups
+                # big: its own arrays (updated with the other big ones of its device and
+                # dtype); so is one laid out in another order (torch's conv weights), whose
+                # flat copy would be a copy and whose flat view would lose that layout
+                by_size = (big if math.prod(data.shape) > self.flat_max_size
+                           or not p.device.c_contiguous(data) else groups)
                 by_size.setdefault((p.device, data.dtype), []).append(i)
         # every parameter about to change gets a new version: backward() through a graph
         # built before this step raises instead of differentiating with the new values
