@@ -336,6 +336,11 @@ class Device:
         """A host copy of one of this device's arrays."""
         raise NotImplementedError
 
+    #: whether the optimizers' multi-tensor updates (one launch per pass for any number of
+    #: parameters) beat one flat array of the small ones: on torch's GPUs (foreach ops),
+    #: where the flat array costs a concatenation and a second set of launches
+    multi_tensor_updates: bool = False
+
     # ----- memory layout ----------------------------------------------------------------
     def conv_weights(self, array: Any) -> Any:
         """(K, K, C_in, C_out) convolution weights laid out in memory as this device's

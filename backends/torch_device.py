@@ -127,6 +127,12 @@ class TorchDevice(Device):
             return self._torch.from_numpy(array)
         return self.from_numpy(array)
 
+    @property
+    def multi_tensor_updates(self) -> bool:
+        """On a GPU: the optimizers' foreach updates take every parameter in one launch per
+        pass (backends/optimizer_updates_torch.py: CUDA GPUs), so no flat array is made."""
+        return self.index.startswith("cuda")
+
     def conv_weights(self, array: Any) -> Any:
         """The weights in (C_out, C_in, K, K) memory order, seen as (K, K, C_in, C_out):
         PyTorch's convolution (cuDNN, oneDNN) reads exactly that layout as it is from an

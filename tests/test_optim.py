@@ -234,7 +234,10 @@ def test_big_parameters_are_updated_alone_and_match_numpy(rule, shapes, device):
     sizes = spy_updates(opt)
     run(opt, params, device, steps=4)
     small = sum(int(np.prod(s)) for s in shapes if s != BIG)
-    assert sizes == ([int(np.prod(BIG))] + ([small] if small else [])) * 4
+    if device.multi_tensor_updates:  # (torch's GPUs) every parameter a foreach operand
+        assert sizes == [int(np.prod(s)) for s in shapes] * 4
+    else:
+        assert sizes == ([int(np.prod(BIG))] + ([small] if small else [])) * 4
     for p, ref in zip(params, reference(start, 4)):
         np.testing.assert_allclose(p.numpy(), ref, rtol=1e-12, atol=1e-14)
     for name in opt.state_names:
@@ -254,7 +257,10 @@ def test_the_big_parameters_of_a_device_are_updated_in_one_call(rule, device):
     opt._update_many = lambda ps, gs, ss: (calls.append([int(np.prod(p.shape)) for p in ps]),
                                            many(ps, gs, ss))[1]
     run(opt, params, device, steps=3)
-    assert calls == [[int(np.prod(BIG)), 200 * 170]] * 3
+    if device.multi_tensor_updates:  # (torch's GPUs) the small ones in the same call
+        assert calls == [[int(np.prod(s)) for s in shapes]] * 3
+    else:
+        assert calls == [[int(np.prod(BIG)), 200 * 170]] * 3
     for p, ref in zip(params, reference(start, 3)):
         np.testing.assert_allclose(p.numpy(), ref, rtol=1e-12, atol=1e-14)
     for name in opt.state_names:
@@ -270,9 +276,27 @@ def test_flat_max_size_set_on_the_instance_splits_groups(rule, device):
     opt.flat_max_size = 4  # (3, 2) and (5,) now count as big, (4,) is a group of one
     sizes = spy_updates(opt)
     run(opt, params, device, steps=3)
-    assert sizes == [6, 5, 4] * 3
+    assert sizes == ([6, 4, 5] if device.multi_tensor_updates else [6, 5, 4]) * 3
     for p, ref in zip(params, reference(start, 3)):
         np.testing.assert_allclose(p.numpy(), ref, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_multi_tensor_devices_make_no_flat_arrays(rule, device, monkeypatch):
+    """Where a device's multi-tensor updates beat a flat array (`multi_tensor_updates`:
+    torch's GPUs, set here on every device) every parameter goes to one `_update_many`
+    call, none to a flat array, with the flat path's numbers to the bit."""
+    make, _ = RULES[rule]
+    params = params_on(device, shapes=MIXED)
+    flat = [nn.Parameter(p, device=device) for p in params]
+    run(make(flat), flat, device, steps=3)
+    monkeypatch.setattr(type(device), "multi_tensor_updates", True)
+    opt = make(params)
+    sizes = spy_updates(opt)
+    run(opt, params, device, steps=3)
+    assert sizes == [int(np.prod(s)) for s in MIXED] * 3 and opt._flat == {}
+    for a, b in zip(params, flat):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
 @pytest.mark.parametrize("rule", RULES)

@@ -98,9 +98,10 @@ class Optimizer:
         concatenated into one flat array, the update rule runs once on it (a few whole-array
         passes instead of a few per parameter), and each parameter gets its slice back.
         Parameters above `flat_max_size` elements keep their own arrays (a copy into a flat
-        buffer would cost more than the per-call overhead saved); those sharing a device and
-        dtype are handed to the rule together (`_update_many`: on torch, foreach ops, one
-        launch per pass for all of them on a GPU). Updates run
+        buffer would cost more than the per-call overhead saved), as do all of them where the
+        device's `multi_tensor_updates` is set; those sharing a device and dtype are handed
+        to the rule together (`_update_many`: on torch, foreach ops, one launch per pass for
+        all of them on a GPU). Updates run
         on arrays the optimizer owns (a parameter's array is copied once, when the optimizer
         first meets it): where the device has in-place kernels (cpu, cuda), in place, with
         the same numbers as the portable rule.
@@ -113,8 +114,10 @@ class Optimizer:
                 data = p._realize()
                 # big: its own arrays (updated with the other big ones of its device and
                 # dtype); so is one laid out in another order (torch's conv weights), whose
-                # flat copy would be a copy and whose flat view would lose that layout
+                # flat copy would be a copy and whose flat view would lose that layout, and
+                # every one where the device's multi-tensor updates beat a flat array
                 by_size = (big if math.prod(data.shape) > self.flat_max_size
+                           or p.device.multi_tensor_updates
                            or not p.device.c_contiguous(data) else groups)
                 by_size.setdefault((p.device, data.dtype), []).append(i)
         # every parameter about to change gets a new version: backward() through a graph
