@@ -443,3 +443,41 @@ def test_transformer_float32_golden_in_the_courses_order(p, causal, device, monk
     np.testing.assert_allclose(out, ref64, rtol=0, atol=2e-5)
     numpy_kernels = device.kind in ("cpu", "strict")
     np.testing.assert_allclose(out, ref32, rtol=0, atol=1e-5 if numpy_kernels else 2e-5)
+
+
+def test_positions_are_looked_up_without_an_index_check(device, monkeypatch):
+    """The Transformer makes its position ids itself (0 .. T - 1, below sequence_len), so an
+    Embedding's rows are looked up without the check of the ids' values (on a GPU five or
+    six launches a step): the same output and gradients with the check made to fail; a
+    pos_embedding of another kind is called as it is."""
+    import sys
+
+    embedding_ops = sys.modules["needle.ops.embedding"]  # (ops.embedding is the function)
+    np.random.seed(0)
+    model = Transformer(E, HIDDEN, 1, num_head=H, dim_head=D, device=device)
+    x = tensor(np.random.standard_normal((T, B, E)), device)
+    want = model(x)[0]
+    want.sum().backward()
+    want_grad = model.pos_embedding.weight.grad.numpy()
+
+    def no_check(*args, **kwargs):
+        raise AssertionError("the position ids were checked")
+
+    monkeypatch.setattr(embedding_ops, "as_index_array", no_check)
+    model.pos_embedding.weight.grad = None
+    got = model(x)[0]
+    got.sum().backward()
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+    np.testing.assert_array_equal(model.pos_embedding.weight.grad.numpy(), want_grad)
+    monkeypatch.undo()
+
+    class Shifted(Embedding):  # another kind of module: its own forward runs
+        def forward(self, ids):
+            return super().forward(ids) + 1.0
+
+    plain, model.pos_embedding = model.pos_embedding, Shifted(model.sequence_len, E,
+                                                               device=device)
+    model.pos_embedding.weight = plain.weight
+    shifted = model(x)[0].numpy()  # x + (rows + 1)
+    model.pos_embedding = plain
+    np.testing.assert_allclose(shifted, model(x + 1.0)[0].numpy(), **TOL)  # (x + 1) + rows

@@ -215,11 +215,21 @@ class Transformer(Module):
             raise ValueError(f"Transformer: the sequence length {T} exceeds sequence_len="
                              f"{self.sequence_len}")
         positions = _arange(x.device.xp, T, x.device.native)  # made on the device
-        x = x + self.pos_embedding(positions)  # (T, E) broadcast over the batch
+        x = x + self._position_rows(positions)  # (T, E) broadcast over the batch
         x = self.layers(x)
         if not self.batch_first:
             x = ops.transpose(x, (0, 1))
         return x, init.zeros_like(x)
+
+    def _position_rows(self, positions) -> Tensor:
+        """pos_embedding(positions). The ids 0 .. T - 1 are made here, below sequence_len
+        (checked), so an Embedding's rows are looked up without its check of the ids' values
+        (on a GPU five or six launches a step); another module is called as it is."""
+        embedding = self.pos_embedding
+        if type(embedding) is not Embedding:
+            return embedding(positions)
+        ids = Tensor.make_const(positions, device=embedding.weight.device)
+        return ops.EmbeddingLookup()(embedding.weight, ids)
 
     def extra_repr(self) -> str:
         return (f"{self.embedding_size}, {self.hidden_size}, num_layers={self.num_layers}, "
