@@ -481,3 +481,23 @@ def test_positions_are_looked_up_without_an_index_check(device, monkeypatch):
     shifted = model(x)[0].numpy()  # x + (rows + 1)
     model.pos_embedding = plain
     np.testing.assert_allclose(shifted, model(x + 1.0)[0].numpy(), **TOL)  # (x + 1) + rows
+
+
+def test_layers_run_on_c_ordered_arrays_from_a_time_first_input(device):
+    """A (T, B, E) input is seen as (B, T, E) by a transpose; the layers get it in C order
+    (one copy), so their reshapes to rows are views: with the transposed view they were
+    copies in every product, forward and backward (on torch and cupy)."""
+    np.random.seed(0)
+    model = Transformer(E, HIDDEN, 1, num_head=H, dim_head=D, device=device)
+    seen = []
+    layers = model.layers
+
+    class Spy(ndl.nn.Module):
+        def forward(self, x):
+            seen.append(x.realize_cached_data())
+            return layers(x)
+
+    model.layers = Spy()
+    model(tensor(np.random.standard_normal((T, B, E)), device))
+    (array,) = [getattr(a, "_array", a) for a in seen]
+    assert tuple(array.shape) == (B, T, E) and device.c_contiguous(array)

@@ -30,6 +30,16 @@ def _check_4d(name: str, x: Tensor) -> None:
                          f"found {found}")
 
 
+def _c_order(x: Tensor) -> Tensor:
+    """(B, T, E) x through a reshape to (B * T, E) and back: the same values, one copy where
+    x is a transposed view (the (T, B, E) input seen as (B, T, E)), and in the backward one
+    copy of a transposed adjoint (the output's), so that the layers run on arrays in C
+    order: every later reshape to rows is a view (each was a copy on torch and cupy, and
+    torch's layer norm copied its input)."""
+    B, T, E = x.shape
+    return ops.reshape(ops.reshape(x, (B * T, E)), (B, T, E))
+
+
 @array_function
 def _arange(xp, n: int, at):
     """0, 1, ..., n - 1 as an array on the native device `at`."""
@@ -209,7 +219,7 @@ class Transformer(Module):
             raise ValueError(f"Transformer: expected x of shape {layout} with E="
                              f"{self.embedding_size}, found {found}")
         if not self.batch_first:
-            x = ops.transpose(x, (0, 1))
+            x = _c_order(ops.transpose(x, (0, 1)))
         T = x.shape[1]
         if T > self.sequence_len:
             raise ValueError(f"Transformer: the sequence length {T} exceeds sequence_len="
@@ -218,7 +228,7 @@ class Transformer(Module):
         x = x + self._position_rows(positions)  # (T, E) broadcast over the batch
         x = self.layers(x)
         if not self.batch_first:
-            x = ops.transpose(x, (0, 1))
+            x = ops.transpose(_c_order(x), (0, 1))
         return x, init.zeros_like(x)
 
     def _position_rows(self, positions) -> Tensor:
