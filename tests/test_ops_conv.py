@@ -366,7 +366,7 @@ def test_conv_bias_is_added_in_the_node_and_checked(device):
 
 
 @pytest.mark.parametrize("place", ["cpu", "cuda"])
-def test_torch_conv_weights_are_read_in_place_and_train_as_contiguous_ones(place):
+def test_torch_conv_weights_are_read_in_place_and_train_as_contiguous_ones(place, monkeypatch):
     """On torch nn.Conv keeps its (K, K, C_in, C_out) weights in (C_out, C_in, K, K) memory
     order (`Device.conv_weights`), the layout PyTorch's convolution reads as it is: its
     forward and backward copy no weights (with C-ordered weights they copied them at every
@@ -379,6 +379,10 @@ def test_torch_conv_weights_are_read_in_place_and_train_as_contiguous_ones(place
     device = ndl.torch(place)
     if not device.enabled():
         pytest.skip(device.unavailable_reason())
+    import torch
+
+    # (cuDNN's default weight adjoint is not deterministic: two runs differ in the last bit)
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
 
     def model():
         np.random.seed(0)
