@@ -42,3 +42,27 @@ def test_a_step_failing_in_its_warm_up_is_dropped_before_the_rounds():
     ms, errors = interleaved_ms({"ok": (lambda: None, None), "broken": (broken, None)},
                                 rounds=2, per_round=1, warmup=1)
     assert list(ms) == ["ok"] and errors == {"broken": "ValueError: no GPU"}
+
+
+def test_the_host_overhead_steps_run_on_the_cpu(monkeypatch):
+    """benchmarks/host_overhead.py's steps (the GPU table's models made tiny) each run: its
+    sizes are gpu.py's module settings, restored here."""
+    import gpu
+    import host_overhead
+
+    for name in ("E", "HIDDEN", "DIM_HEAD", "T", "IMAGE"):
+        monkeypatch.setattr(gpu, name, getattr(gpu, name))
+    host_overhead.small_models()
+    assert (gpu.E, gpu.T, gpu.IMAGE) == (8, 4, 8)
+    columns = ["needle cpu", "needle cpu compiled"]
+    try:
+        import torch  # noqa: F401
+
+        columns += ["needle torch:cpu", "pytorch cpu"]
+    except ImportError:
+        pass
+    for row in host_overhead.ROWS:
+        for column in columns:
+            step = host_overhead.make_step(row, column)
+            step()
+            step()  # (a compiled step replays from its second call)
