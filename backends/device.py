@@ -348,6 +348,11 @@ class Device:
         stores them as (C_out, C_in, K, K))."""
         return array
 
+    def laid_out_like(self, array: Any, like: Any) -> Any:
+        """`array` (this device's, new) with the memory layout of `like` (of its shape): here
+        `array` itself; torch copies it into a permuted layout (conv weights) once."""
+        return array
+
     def c_contiguous(self, array: Any) -> bool:
         """Whether `array`'s elements lie in C order in memory, so that its reshape to one
         dimension is a view (True where the library shows no layout)."""

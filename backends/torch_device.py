@@ -139,6 +139,13 @@ class TorchDevice(Device):
         NCHW input, and copied any other into it at every call, forward and backward."""
         return array.permute(3, 2, 0, 1).contiguous().permute(2, 3, 1, 0)
 
+    def laid_out_like(self, array: Any, like: Any) -> Any:
+        """`array` copied into `like`'s strides where `like` is laid out otherwise than in C
+        order (empty_like keeps a dense tensor's strides); else `array` itself."""
+        if like.is_contiguous() or array.shape != like.shape or array.dtype != like.dtype:
+            return array
+        return self._torch.empty_like(like).copy_(array)
+
     def c_contiguous(self, array: Any) -> bool:
         """torch's own test of C order (a tensor has no numpy flags)."""
         return array.is_contiguous()

@@ -423,3 +423,20 @@ def test_torch_conv_weights_are_read_in_place_and_train_as_contiguous_ones(place
     copied = [e.input_shapes for e in prof.events()
               if e.name == "aten::clone" and tuple(e.input_shapes[0]) in shapes]
     assert copied == []
+
+
+def test_a_loaded_state_dict_keeps_the_torch_conv_weights_layout():
+    """load_state_dict copies each array into the tensor's own layout (Device.laid_out_like):
+    a torch Conv's weights stay in (C_out, C_in, K, K) memory order with the loaded values
+    (a checkpoint's arrays are C-ordered)."""
+    pytest.importorskip("torch")
+    device = ndl.torch()
+    np.random.seed(1)
+    saved = nn.Conv(3, 4, 3, device=device).state_dict()
+    np.random.seed(2)
+    conv = nn.Conv(3, 4, 3, device=device)
+    host = {k: v.numpy() for k, v in saved.items()}
+    conv.load_state_dict(host)  # numpy arrays, C order
+    assert conv.weight._array.permute(3, 2, 0, 1).is_contiguous()
+    np.testing.assert_array_equal(conv.weight.numpy(), host["weight"])
+    np.testing.assert_array_equal(conv.bias.numpy(), host["bias"])

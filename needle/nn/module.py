@@ -211,7 +211,7 @@ class Module:
         Every problem (missing keys, unexpected keys, shape mismatches) is reported in one
         ValueError, and nothing changes when it is raised. With `strict=False` missing and
         unexpected keys are tolerated; shape mismatches still raise. Each tensor keeps its
-        object identity, dtype and device.
+        object identity, dtype, device and memory layout.
         """
         if not isinstance(state, Mapping):
             raise TypeError(f"load_state_dict expects a mapping, got {type(state).__name__}")
@@ -238,7 +238,9 @@ class Module:
             if key in state:
                 value = state[key]
                 raw = value._realize() if isinstance(value, Tensor) else value
-                arrays[key] = target.device.asarray(raw, dtype=target.dtype)
+                array = target.device.asarray(raw, dtype=target.dtype)
+                # laid out in memory as the tensor's own (torch's conv weights)
+                arrays[key] = target.device.laid_out_like(array, target._realize())
         for key, array in arrays.items():
             own[key]._array = array
         mark_modified(*(own[key] for key in arrays))  # graphs built before see stale data
