@@ -440,3 +440,20 @@ def test_a_loaded_state_dict_keeps_the_torch_conv_weights_layout():
     assert conv.weight._array.permute(3, 2, 0, 1).is_contiguous()
     np.testing.assert_array_equal(conv.weight.numpy(), host["weight"])
     np.testing.assert_array_equal(conv.bias.numpy(), host["bias"])
+
+
+def test_a_conv_moved_to_torch_gets_the_weights_layout():
+    """Module.to lays out what it moved (`_placed`): a Conv built on the cpu and moved to
+    torch has its weights in (C_out, C_in, K, K) memory order, the same values; moved back,
+    C order (the cpu's conv_weights keeps an array as it is)."""
+    pytest.importorskip("torch")
+    np.random.seed(3)
+    model = nn.Sequential(nn.Conv(3, 4, 3), nn.ReLU())
+    values = model.modules[0].weight.numpy()
+    model.to(ndl.torch())
+    weight = model.modules[0].weight
+    assert weight._array.permute(3, 2, 0, 1).is_contiguous()
+    np.testing.assert_array_equal(weight.numpy(), values)
+    model.to(ndl.cpu())
+    assert weight._array.flags.c_contiguous
+    np.testing.assert_array_equal(weight.numpy(), values)

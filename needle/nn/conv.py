@@ -38,6 +38,11 @@ class Conv(Module):
         else:
             self.bias = None
 
+    def _placed(self) -> None:
+        """After `to()`: the weights laid out as the new device's convolution reads them."""
+        w = self.weight
+        w._array = w.device.conv_weights(w._realize())
+
     def forward(self, x: Tensor) -> Tensor:
         """conv (+ bias) of NCHW x, one node: the op reads the NCHW layout itself (the
         course's permutes to NHWC and back, each a node each way, are not made)."""

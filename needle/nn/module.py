@@ -246,16 +246,26 @@ class Module:
         mark_modified(*(own[key] for key in arrays))  # graphs built before see stale data
 
     def to(self, device: Device) -> Module:
-        """Move every parameter, buffer (and gradient) to `device`, in place; returns self."""
+        """Move every parameter, buffer (and gradient) to `device`, in place; returns self.
+        Modules then lay out what they moved as the device's kernels read it (`_placed`)."""
+        moved = False
         for t in self._named_tensors().values():
             if t.device != device:
                 t._array = device.asarray(t._realize())
                 t.device = device
                 mark_modified(t)
+                moved = True
                 if t.grad is not None:
                     grad = device.asarray(t.grad._realize())
                     t.grad = Tensor.make_const(grad, device=device)
+        if moved:
+            for module in [self, *self.descendants()]:
+                module._placed()
         return self
+
+    def _placed(self) -> None:
+        """Called on every module after `to()` moved tensors: lay out this module's own
+        tensors as their device's kernels read them (nn.Conv's weights); nothing here."""
 
     # ----- calling -----------------------------------------------------------------------
     def forward(self, *args: Any, **kwargs: Any) -> Any:
