@@ -8,6 +8,7 @@ import numpy as np
 
 from .call_hook import record_calls
 from .dlpack import describe_dlpack_device, dlpack_device_of
+from .layout import Layout
 
 # dtype names the array API standard defines (plus float16 where a library has it)
 DTYPE_NAMES = (
@@ -17,7 +18,7 @@ DTYPE_NAMES = (
 # numpy dtype kinds that tensors hold: bool, signed and unsigned int, float, complex
 NUMERIC_KINDS = "biufc"
 
-class Device:
+class Device(Layout):
     """A place where arrays live: an array-API namespace plus a native device object.
 
     Subclasses set `kind` and implement `_load()` (returning the namespace and the native
@@ -335,29 +336,6 @@ class Device:
     def to_numpy(self, array: Any) -> np.ndarray:
         """A host copy of one of this device's arrays."""
         raise NotImplementedError
-
-    #: whether the optimizers' multi-tensor updates (one launch per pass for any number of
-    #: parameters) beat one flat array of the small ones: on torch's GPUs (foreach ops),
-    #: where the flat array costs a concatenation and a second set of launches
-    multi_tensor_updates: bool = False
-
-    # ----- memory layout ----------------------------------------------------------------
-    def conv_weights(self, array: Any) -> Any:
-        """(K, K, C_in, C_out) convolution weights laid out in memory as this device's
-        convolution reads them: the same values and shape (here `array` itself; torch
-        stores them as (C_out, C_in, K, K))."""
-        return array
-
-    def laid_out_like(self, array: Any, like: Any) -> Any:
-        """`array` (this device's, new) with the memory layout of `like` (of its shape): here
-        `array` itself; torch copies it into a permuted layout (conv weights) once."""
-        return array
-
-    def c_contiguous(self, array: Any) -> bool:
-        """Whether `array`'s elements lie in C order in memory, so that its reshape to one
-        dimension is a view (True where the library shows no layout)."""
-        flags = getattr(array, "flags", None)
-        return True if flags is None else bool(flags.c_contiguous)
 
     def asarray(self, obj: Any, dtype: Any = None) -> Any:
         """A new array on this device from a list, scalar, numpy array or any device's array.
