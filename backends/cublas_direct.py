@@ -105,6 +105,25 @@ def plan(xp: Any, a: Any, b: Any) -> Plan:
     return Plan(batch, m, k, n, operand(xp, b, batch), operand(xp, a, batch))
 
 
+def _copy_of(o: Operand, x: Any, batch: tuple[int, ...]) -> Any:
+    """How a kept call gets operand `o` (planned from `x`) from a new array of x's layout:
+    None (read in place), () (x copied into C order) or the shape x is broadcast to
+    first; False where `o` is a copy not in C order (not kept; `operand` makes none)."""
+    if o.array.data.ptr == x.data.ptr:
+        return None
+    if not o.array.flags.c_contiguous:
+        return False
+    return () if math.prod(x.shape[:-2]) == 1 or tuple(x.shape[:-2]) == tuple(batch) else (
+        tuple(batch) + tuple(x.shape[-2:]))
+
+
+def _copied(xp: Any, x: Any, shape: tuple[int, ...]) -> Any:
+    """x's elements (broadcast to `shape`, if given) in a C-ordered copy: the memory of the
+    operand `operand` copied (the same elements in the same order; only its shape, which
+    cuBLAS never reads, may differ)."""
+    return xp.ascontiguousarray(xp.broadcast_to(x, shape) if shape else x)
+
+
 def _broadcast(s: tuple, t: tuple) -> tuple[int, ...]:
     try:
         return np.broadcast_shapes(s, t)
@@ -153,8 +172,9 @@ class Cublas:
         #: (stream, workspace) the handle launches on and uses now; the eager workspace
         self.bound: tuple[int, int] | None = None
         self.workspace: Any = None
-        #: (a's shape and strides, b's, their dtypes) -> (result's shape, cuBLAS call)
-        self._calls: dict[tuple, tuple[tuple, Callable[[int, int, int], int]]] = {}
+        #: (a's shape and strides, b's, their dtypes) -> (result's shape, cuBLAS call, how
+        #: b and a are read: `_copy_of`)
+        self._calls: dict[tuple, tuple[tuple, Callable[[int, int, int], int], Any, Any]] = {}
 
     def bind(self, stream_ptr: int, workspace_ptr: int, nbytes: int) -> None:
         """Launch on stream `stream_ptr`, using `nbytes` of workspace at `workspace_ptr`
@@ -180,16 +200,20 @@ class Cublas:
         """a @ b (cupy float32 or float64, one dtype; batch dimensions broadcast) by one
         cuBLAS call on the bound stream; NotImplemented for other dtypes.
 
-        A layout met before whose operands cuBLAS reads in place skips the plan: its call
-        is kept, keyed by both operands' shapes, strides and dtypes, and only the three
-        pointers change (most of the host time of a product was the plan's Python)."""
+        A layout met before skips the plan: its call is kept, keyed by both operands'
+        shapes, strides and dtypes, and only the three pointers change (most of the host
+        time of a product was the plan's Python). An operand the plan copied (attention's
+        heads, say) is copied again into C order, the layout the kept call reads."""
         key = (a.shape, a.strides, b.shape, b.strides, a.dtype, b.dtype)
         known = self._calls.get(key)
         if known is not None:
-            out_shape, call = known
+            out_shape, call, copy_b, copy_a = known
+            cp = self.device.cupy
             with self.device.native:
-                out = self.device.cupy.empty(out_shape, dtype=a.dtype)
-                _check(call(b.data.ptr, a.data.ptr, out.data.ptr), "cublasGemmEx")
+                out = cp.empty(out_shape, dtype=a.dtype)
+                first = b if copy_b is None else _copied(cp, b, copy_b)
+                second = a if copy_a is None else _copied(cp, a, copy_a)
+                _check(call(first.data.ptr, second.data.ptr, out.data.ptr), "cublasGemmEx")
             return out
         if a.dtype != b.dtype or dtype_name(a.dtype) not in ("float32", "float64"):
             return NotImplemented
@@ -205,10 +229,11 @@ class Cublas:
             call = self.call_of(p, dtype_name(a.dtype) == "float32")
             _check(call(p.first.array.data.ptr, p.second.array.data.ptr, out.data.ptr),
                    "cublasGemmEx")
-            if p.first.array.data.ptr == b.data.ptr and p.second.array.data.ptr == a.data.ptr:
+            copy_b, copy_a = _copy_of(p.first, b, p.batch), _copy_of(p.second, a, p.batch)
+            if copy_b is not False and copy_a is not False:
                 if len(self._calls) >= 256:  # (bounded: a long run of new shapes)
                     self._calls.clear()
-                self._calls[key] = (out.shape, call)  # both read in place: kept
+                self._calls[key] = (out.shape, call, copy_b, copy_a)
             return out
 
     def call_of(self, p: Plan, single: bool) -> Callable[[int, int, int], int]:

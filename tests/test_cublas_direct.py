@@ -70,6 +70,8 @@ CASES = {
     "vectors": lambda m: (m((1, 4)), m((4, 1))),
     "outer": lambda m: (m((3, 1)), m((1, 5))),
     "a column view": lambda m: (m((3, 4))[:, 1:2], m((1, 5))),
+    "attention heads (B, T, H, D) seen as (B, H, T, D)": lambda m: (
+        m((2, 4, 3, 5)).swapaxes(1, 2), m((2, 6, 3, 5)).transpose(0, 2, 3, 1)),
     "conv gradient's (1, M, C) @ (T, C, D)^T": lambda m: (
         m((1, 10, 3)), m((9, 4, 3)).swapaxes(1, 2)),
 }
@@ -202,46 +204,66 @@ def _fake_cupy():
 
 def test_a_layout_met_before_reuses_its_call_with_the_new_pointers():
     """(no GPU: numpy standing in for cupy, a libcublas that records its calls) a product
-    whose operands cuBLAS reads in place keeps its call: the next product of the same
-    shapes, strides and dtypes makes the same cuBLAS call with the new arrays' pointers and
-    no plan; a layout that had to be copied is planned (and copied) every time."""
+    keeps its call: the next product of the same shapes, strides and dtypes makes the same
+    cuBLAS call with the new arrays' pointers and no plan. An operand read in place is read
+    at the new array's own pointer; one the plan copied is copied again, into memory that
+    holds what the plan's copy held, in the same order."""
     import contextlib
     from types import SimpleNamespace as NS
 
-    calls = []
+    calls, copies = [], {}
 
     def record(name):
         return lambda *args: calls.append((name, args)) or 0
 
+    cupy = _fake_cupy()
+    contiguous, reshape = cupy.ascontiguousarray, cupy.reshape
+
+    def recorded(y, x):  # every copy made, by its pointer
+        if not np.shares_memory(y, x):
+            copies[y.data.ptr] = y
+        return y
+
+    cupy.ascontiguousarray = lambda x: recorded(contiguous(x), x)
+    cupy.reshape = lambda x, shape: recorded(reshape(x, shape), x)
     blas = cb.Cublas.__new__(cb.Cublas)  # (no cublasCreate)
-    blas.device = NS(cupy=_fake_cupy(), native=contextlib.nullcontext())
+    blas.device = NS(cupy=cupy, native=contextlib.nullcontext())
     blas.lib = NS(cublasGemmEx=record("gemm"), cublasGemmStridedBatchedEx=record("batched"))
     blas.handle, blas._calls = 7, {}
     rng = np.random.default_rng(0)
 
-    def anonymous(call, result):  # (the result's pointer is new every time)
-        return call[0], tuple("out" if v == result.data.ptr else v for v in call[1])
+    def anonymous(call, a, b, result):
+        """The call with its pointers named, and the memory of each copy it reads."""
+        names = {a.data.ptr: "a", b.data.ptr: "b", result.data.ptr: "out"}
+        args = tuple(names.get(v, "copy") if v in names or v in copies else v for v in call[1])
+        read = [copies[v].ravel() for v in call[1] if v in copies and v not in names]
+        return (call[0], args), read
 
     in_place = set()
     for name, make in CASES.items():
         blas._calls.clear()
         a1, b1 = (x.view(_Device) for x in make(rng.random))
         p = cb.plan(np, a1, b1)
-        if np.shares_memory(p.first.array, b1) and np.shares_memory(p.second.array, a1):
+        copied = (not np.shares_memory(p.first.array, b1)) + (
+            not np.shares_memory(p.second.array, a1))
+        if not copied:
             in_place.add(name)
-        blas.matmul(a1, b1)  # planned (and kept, read in place)
+        copies.clear()
+        blas.matmul(a1, b1)  # planned, and kept
         calls.pop()
-        assert (len(blas._calls) == 1) == (name in in_place), name
+        assert len(blas._calls) == 1, name
         a, b = (x.view(_Device) for x in make(rng.random))  # new arrays, the same layout
-        out = blas.matmul(a, b)  # the kept call, where there is one
-        kept = calls.pop()
+        copies.clear()
+        out = blas.matmul(a, b)  # the kept call
+        kept, kept_reads = anonymous(calls.pop(), a, b, out)
         blas._calls.clear()
         again = blas.matmul(a, b)  # planned afresh
-        planned = calls.pop()
+        planned, planned_reads = anonymous(calls.pop(), a, b, again)
         assert out.shape == again.shape == np.matmul(a, b).shape, name
-        assert anonymous(kept, out) == anonymous(planned, again), name
-        if name in in_place:
-            assert kept[1][7] in (b.data.ptr, a.data.ptr), name  # the new operands' own
+        assert kept == planned, name
+        assert len(kept_reads) == len(planned_reads) == copied, name
+        for got, want in zip(kept_reads, planned_reads):
+            np.testing.assert_array_equal(got, want, err_msg=name)
     assert in_place >= {"2-d", "a transposed view", "batched", "batch of one broadcast",
                         "conv gradient's (1, M, C) @ (T, C, D)^T"}
     assert "broadcast rows" not in in_place and "mixed broadcast" not in in_place
