@@ -180,7 +180,11 @@ def test_lm_windows_carry_the_state_detached(device):
         p.grad = None
     ndl.nn.SoftmaxLoss()(lm(X2, state)[0], y2).backward()
     for mine, expected in zip(got, (p.grad.numpy() for p in lm.parameters())):
-        np.testing.assert_array_equal(mine, expected)
+        if device.kind == "jax" and device.defers_checks:  # jax on a GPU: its embedding
+            # adjoint's scatter-add runs in no fixed order (an H100: 7e-8 relative apart)
+            np.testing.assert_allclose(mine, expected, rtol=1e-5, atol=1e-7)
+        else:
+            np.testing.assert_array_equal(mine, expected)
     next(iter(windows))
     assert windows.hidden is None  # a new pass
 

@@ -562,10 +562,15 @@ def test_two_backwards_over_a_retained_graph_agree_without_recomputing(
         loss.backward(create_graph=create_graph, retain_graph=True)
         grads.append(w.grad.numpy())
     assert recomputed == []
-    np.testing.assert_array_equal(grads[0], grads[1])
     w2, loss2 = _saving_model(device)  # a fresh graph gives the same numbers
     loss2.backward(create_graph=create_graph)
-    np.testing.assert_array_equal(w2.grad.numpy(), grads[0])
+    if device.kind == "jax" and device.defers_checks:  # jax on a GPU: its convolution's
+        # weight adjoint runs in no fixed order (an H100: two runs 5e-7 relative apart)
+        np.testing.assert_allclose(grads[1], grads[0], rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(w2.grad.numpy(), grads[0], rtol=1e-5, atol=1e-7)
+    else:
+        np.testing.assert_array_equal(grads[0], grads[1])
+        np.testing.assert_array_equal(w2.grad.numpy(), grads[0])
 
 
 @pytest.mark.parametrize("create_graph", [True, False])
