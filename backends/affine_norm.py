@@ -26,12 +26,6 @@ from .normalize import _TYPES, HELPERS
 from .rows import as_rows, from_rows
 
 BN_SOURCE = HELPERS + r"""
-// products and sums rounded one by one (no multiply-add), for float and double
-__device__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
-__device__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
-__device__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
-__device__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
-
 // x (n, d) contiguous, normalised over axis 0 as norm_cols (its column_stats), and
 // out = y w + b
 extern "C" __global__ void bn_cols(const T* x, const T* w, const T* b, T* out, T* y, T* s,

@@ -37,6 +37,27 @@ __device__ T block_sum(T v, T* buf) {
     return out;
 }
 
+// products and sums rounded one by one (no multiply-add), for float and double
+__device__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+__device__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
+__device__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
+
+// one block of blockDim.x threads: the mean and variance of the row xr of d, in two passes
+// (every thread of the block calls it)
+__device__ void row_stats(const T* xr, long long d, T* buf, T* mean, T* var) {
+    T acc = 0;
+    for (long long i = threadIdx.x; i < d; i += blockDim.x) acc += xr[i];
+    T mu = block_sum(acc, buf) / (T)d;
+    acc = 0;
+    for (long long i = threadIdx.x; i < d; i += blockDim.x) {
+        T c = xr[i] - mu;
+        acc += c * c;
+    }
+    *mean = mu;
+    *var = block_sum(acc, buf) / (T)d;
+}
+
 // block (32, 32): the sum of v over threadIdx.y, for each threadIdx.x (one column each)
 __device__ T column_sum(T v, T* buf) {
     int at = threadIdx.y * 33 + threadIdx.x;
@@ -76,15 +97,8 @@ extern "C" __global__ void norm_rows(const T* x, T* y, T* s, T* mean, T* var,
     long long r = blockIdx.x;
     const T* xr = x + r * d;
     T* yr = y + r * d;
-    T acc = 0;
-    for (long long i = threadIdx.x; i < d; i += blockDim.x) acc += xr[i];
-    T mu = block_sum(acc, buf) / (T)d;
-    acc = 0;
-    for (long long i = threadIdx.x; i < d; i += blockDim.x) {
-        T c = xr[i] - mu;
-        acc += c * c;
-    }
-    T v = block_sum(acc, buf) / (T)d;
+    T mu, v;
+    row_stats(xr, d, buf, &mu, &v);
     T sd = sqrt(v + eps);
     for (long long i = threadIdx.x; i < d; i += blockDim.x) yr[i] = (xr[i] - mu) / sd;
     if (threadIdx.x == 0) {

@@ -61,6 +61,16 @@ _MAX_TERMS_PER_BLOCK = 1 << 15
 _PART_ROWS = 1024
 
 
+def column_parts(n: int, d: int) -> int | None:
+    """How sum_cuda sums the n rows of (n, d) over axis 0: 1 (sum_cols, one kernel), the
+    number of parts of _PART_ROWS rows (sum_cols_part, then sum_cols over the parts) where
+    there are few columns and many rows, or None (too many parts: cupy's reduction)."""
+    if (d + 31) // 32 < 64 and 32 * n > _MAX_TERMS_PER_BLOCK:
+        chunks = (n + _PART_ROWS - 1) // _PART_ROWS
+        return None if 32 * chunks > _MAX_TERMS_PER_BLOCK else chunks
+    return 1
+
+
 def sum_cuda(a: Any, axes: tuple[int, ...] | None, keepdims: bool = False) -> Any:
     """The sum of `a` over the non-negative `axes` (None: all) in one kernel."""
     shape = tuple(a.shape)
@@ -76,13 +86,12 @@ def sum_cuda(a: Any, axes: tuple[int, ...] | None, keepdims: bool = False) -> An
     if layout is None or dtype not in _TYPES:
         return NotImplemented
     how, n, d = layout
-    blocks = n if how == "rows" else (d + 31) // 32
-    terms = d if how == "rows" else 32 * n
-    chunks = 1  # a long sum over few columns: in parts of _PART_ROWS rows first
-    if blocks < 64 and terms > _MAX_TERMS_PER_BLOCK:
-        chunks = (n + _PART_ROWS - 1) // _PART_ROWS
-        if how == "rows" or 32 * chunks > _MAX_TERMS_PER_BLOCK:
-            return NotImplemented
+    if how == "rows":
+        chunks = None if n < 64 and d > _MAX_TERMS_PER_BLOCK else 1  # (few long rows: cupy)
+    else:
+        chunks = column_parts(n, d)
+    if chunks is None:
+        return NotImplemented
     gpu = device_of(a)
     cp = gpu.cupy
     out_shape = (tuple(1 if i in axes else s for i, s in enumerate(shape)) if keepdims

@@ -221,6 +221,7 @@ def test_cuda_layout_of_a_convolutions_output_is_kept_by_relu_and_batch_norm(gpu
 #: needle's raw CUDA kernels: module of needle.backends -> (its source's name, its entries)
 RAW_KERNELS = {
     "affine_norm": ("BN_SOURCE", ("bn_cols", "bn_grad_cols")),
+    "layer_norm": ("SOURCE", ("ln_rows", "ln_grad_rows", "ln_sums", "sum_cols2")),
     "cross_entropy": ("XENT_SOURCE", ("xent_rows",)),
     "index_add": ("SEGMENT_SOURCE", ("segment_sum",)),
     "normalize": ("SOURCE", ("norm_rows", "norm_cols", "norm_grad_rows", "norm_grad_cols")),
@@ -452,3 +453,117 @@ def test_sums_get_their_arguments_in_the_kernels_order(monkeypatch):
         want = a.sum(axis=axes, keepdims=keepdims)
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-10)
+
+
+def test_layer_norm_kernels_get_their_arguments_in_the_kernels_order(monkeypatch):
+    """(no GPU: numpy in cupy's place, numpy kernels taking the CUDA signatures' arguments
+    by name and the grid) the Python around LayerNorm's kernels: rows of 2-d, 3-d and
+    transposed inputs, the adjoints' sums in one kernel or, for many rows of few columns, in
+    parts of sums.py's rows and then the parts (as SUM would sum them), results shaped as
+    the reference's, to float rounding. The kernels themselves run in test_kernels.py and
+    below (to the bit) where cupy sees a GPU."""
+    import contextlib
+    from types import SimpleNamespace as NS
+
+    from needle.backends import layer_norm, normalize
+    from needle.ops.affine_norm import layer_norm_grad_portable, layer_norm_portable
+
+    def ln_rows(grid, x, w, b, out, y, s, mean, d, eps):
+        x = x.reshape(-1, int(d))
+        assert grid == (x.shape[0],)
+        mu = x.mean(axis=1, keepdims=True)
+        sd = np.sqrt(((x - mu) ** 2).mean(axis=1, keepdims=True) + eps)
+        y.reshape(x.shape)[...] = (x - mu) / sd
+        out.reshape(x.shape)[...] = y.reshape(x.shape) * w + b
+        s.reshape(-1)[...], mean.reshape(-1)[...] = (1 / sd).ravel(), mu.ravel()
+
+    def ln_grad_rows(grid, g, y, w, s, dx, d):
+        g, y = g.reshape(-1, int(d)), y.reshape(-1, int(d))
+        assert grid == (g.shape[0],)
+        gw = g * w
+        dx.reshape(g.shape)[...] = s.reshape(-1, 1) * (
+            gw - gw.mean(axis=1, keepdims=True) - y * (gw * y).mean(axis=1, keepdims=True))
+
+    def ln_sums(grid, g, y, dw, db, n, d, rows):
+        g, y, rows = g.reshape(int(n), int(d)), y.reshape(int(n), int(d)), int(rows)
+        assert grid == ((int(d) + 31) // 32, -(-int(n) // rows))
+        for c in range(grid[1]):
+            part = slice(c * rows, (c + 1) * rows)
+            dw.reshape(-1, int(d))[c] = (g[part] * y[part]).sum(axis=0)
+            db.reshape(-1, int(d))[c] = g[part].sum(axis=0)
+
+    def sum_cols2(grid, pw, pb, dw, db, n, d):
+        assert grid == ((int(d) + 31) // 32,)
+        dw[...] = pw.reshape(int(n), int(d)).sum(axis=0)
+        db[...] = pb.reshape(int(n), int(d)).sum(axis=0)
+
+    emulations = {"ln_rows": ln_rows, "ln_grad_rows": ln_grad_rows, "ln_sums": ln_sums,
+                  "sum_cols2": sum_cols2}
+    launched = []
+
+    def raw_kernel(name, source, entry, dtype):
+        assert source is layer_norm.SOURCE and name == entry and dtype in ("float32", "float64")
+        names = _kernel_arguments(source, entry)
+
+        def launch(grid, block, args):
+            assert len(args) == len(names) and all(
+                a.flags.c_contiguous for a in args if isinstance(a, np.ndarray))
+            kw = dict(zip(names, args))
+            assert block == ((normalize._threads(int(kw["d"])),) if "rows" in entry
+                             else (32, 32)), entry
+            launched.append(entry)
+            emulations[entry](grid, **kw)
+        return launch
+
+    fake = NS(cupy=NS(ascontiguousarray=np.ascontiguousarray, empty=np.empty),
+              native=contextlib.nullcontext(), raw_kernel=raw_kernel)
+    monkeypatch.setattr(layer_norm, "device_of", lambda a: fake)
+    rng = np.random.default_rng(0)
+    for x, parts in ((rng.standard_normal((6, 5)), False),
+                     (rng.standard_normal((3, 4, 37)).astype(np.float32), False),
+                     (rng.standard_normal((40, 7)).T, False),
+                     (rng.standard_normal((3, 1000, 5)), True)):  # 3,000 rows of 5: in parts
+        c = x.shape[-1]
+        w, b = (rng.standard_normal(c).astype(x.dtype) for _ in range(2))
+        launched.clear()
+        got, want = layer_norm.layer_norm_cuda(x, w, b, 1e-5), layer_norm_portable(x, w, b, 1e-5)
+        assert launched == ["ln_rows"]
+        g = rng.standard_normal(x.shape).astype(x.dtype)
+        y, s, mean = want[1:]
+        launched.clear()
+        got += layer_norm.layer_norm_grad_cuda(g, x, w, y, s, mean)
+        assert launched == ["ln_grad_rows", "ln_sums"] + (["sum_cols2"] if parts else [])
+        want += layer_norm_grad_portable(g, x, w, y, s, mean)
+        for i, (a, e) in enumerate(zip(got, want)):
+            assert a.shape == e.shape and a.dtype == e.dtype, (x.shape, i)
+            np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-5, err_msg=f"{x.shape} {i}")
+    assert layer_norm.layer_norm_grad_cuda(g, x, w, None, s, mean) is NotImplemented
+    assert layer_norm.layer_norm_cuda(x[..., :0], w[:0], b[:0], 1e-5) is NotImplemented
+    assert layer_norm.layer_norm_cuda(x, w[:2], b[:2], 1e-5) is NotImplemented
+
+
+def test_layer_norm_kernels_give_the_references_bits():
+    """(where cupy sees a GPU) LayerNorm's kernels against the reference on the same GPU,
+    to the bit: out, y, s and mean, and the three adjoints, also for many rows of few
+    columns (the adjoints' sums in parts)."""
+    device = ndl.cuda()
+    if not device.enabled():
+        pytest.skip(device.unavailable_reason())
+    from needle.backends import layer_norm
+    from needle.ops.affine_norm import layer_norm_grad_portable, layer_norm_portable
+
+    cupy = device.cupy
+    rng = np.random.default_rng(4)
+    for shape, dtype in (((6, 5), "float32"), ((16, 64, 64), "float32"), ((256, 64, 64),
+                         "float32"), ((3, 4, 300), "float64"), ((5000, 3), "float32")):
+        x = cupy.asarray(rng.standard_normal(shape) * 3 + 1, dtype=dtype)
+        w, b, = (cupy.asarray(rng.standard_normal(shape[-1]), dtype=dtype) for _ in range(2))
+        g = cupy.asarray(rng.standard_normal(shape), dtype=dtype)
+        got, want = layer_norm.layer_norm_cuda(x, w, b, 1e-5), layer_norm_portable(x, w, b, 1e-5)
+        y, s, mean = want[1:]
+        got += layer_norm.layer_norm_grad_cuda(g, x, w, y, s, mean)
+        want += layer_norm_grad_portable(g, x, w, y, s, mean)
+        for i, (a, e) in enumerate(zip(got, want)):
+            assert a.shape == e.shape and a.dtype == e.dtype
+            np.testing.assert_array_equal(cupy.asnumpy(a), cupy.asnumpy(e),
+                                          err_msg=f"{shape} {dtype} result {i}")

@@ -123,7 +123,7 @@ class AttentionLayer(Module):
         """prenorm_q(q), prenorm_k(k), prenorm_v(v). In self-attention (k and v are q) the
         three LayerNorms differ only in weight and bias, so q is normalised once and shared
         (the same numbers, a third of the statistics and of their gradient), unless the
-        device runs the library's own layer norm."""
+        device has a fused layer norm (torch: PyTorch's; cuda: one kernel each way)."""
         for name, x in (("q", q), ("k", k), ("v", v)):
             if not isinstance(x, Tensor) or x.ndim != 3:
                 found = x.shape if isinstance(x, Tensor) else type(x).__name__
@@ -133,9 +133,9 @@ class AttentionLayer(Module):
         if (k is q and v is q and q.shape[-1] == self.q_features
                 and all(type(n) is LayerNorm1d and n.eps == norms[0].eps for n in norms)
                 and LAYER_NORM.implementation(q.device.kind) is LAYER_NORM.reference):
-            # (where the library's layer norm runs, as on torch, three of its ops each way
-            # are fewer ops than a shared normalisation and three scale-and-shifts: 32 of
-            # the transformer's 412 per step)
+            # (where a fused layer norm runs, on torch and cuda, three of its ops each way
+            # are fewer launches than a shared normalisation and three scale-and-shifts: on
+            # torch 32 of the transformer's 412 ops a step, on cuda about 30 of 218 kernels)
             shared = ops.normalize(q, (2,), norms[0].eps)
             return tuple(n.scale_shift(shared) for n in norms)
         return self.prenorm_q(q), self.prenorm_k(k), self.prenorm_v(v)

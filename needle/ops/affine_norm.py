@@ -77,8 +77,9 @@ def layer_norm_grad_portable(g, x, w, y, s, mean):
 #: on torch PyTorch's batch and layer norm with their affine map: one op forward (batch norm:
 #: with var_mean for the running statistics) and one backward for all three adjoints, where
 #: Normalize and ScaleShift make about nine; on cuda BatchNorm is one kernel each way that
-#: keeps a convolution's channels-last layout (backends/affine_norm.py); elsewhere the
-#: reference, on NORMALIZE's fast versions
+#: keeps a convolution's channels-last layout (backends/affine_norm.py), LayerNorm one
+#: forward and two or three backward (backends/layer_norm.py), the reference's numbers to
+#: the bit; elsewhere the reference, on NORMALIZE's fast versions
 BATCH_NORM = Kernel("batch_norm", batch_norm_portable,
                     fast={"torch": "needle.backends.normalize_torch:batch_norm_torch",
                           "cuda": "needle.backends.affine_norm:batch_norm_cuda"})
@@ -86,9 +87,11 @@ BATCH_NORM_GRAD = Kernel("batch_norm_grad", batch_norm_grad_portable,
                          fast={"torch": "needle.backends.normalize_torch:batch_norm_grad_torch",
                                "cuda": "needle.backends.affine_norm:batch_norm_grad_cuda"})
 LAYER_NORM = Kernel("layer_norm", layer_norm_portable,
-                    fast={"torch": "needle.backends.normalize_torch:layer_norm_torch"})
+                    fast={"torch": "needle.backends.normalize_torch:layer_norm_torch",
+                          "cuda": "needle.backends.layer_norm:layer_norm_cuda"})
 LAYER_NORM_GRAD = Kernel("layer_norm_grad", layer_norm_grad_portable,
-                         fast={"torch": "needle.backends.normalize_torch:layer_norm_grad_torch"})
+                         fast={"torch": "needle.backends.normalize_torch:layer_norm_grad_torch",
+                               "cuda": "needle.backends.layer_norm:layer_norm_grad_cuda"})
 
 
 class _AffineNorm(PromotingOp):
