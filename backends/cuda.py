@@ -132,8 +132,8 @@ class CUDADevice(Device):
 
     def raw_kernel(self, name: str, source: str, entry: str, dtype: str) -> Any:
         """needle's own cupy RawKernel `entry` of CUDA C `source` with its element type `T`
-        the C type of `dtype` ("float32" or "float64"), compiled on first use; launched as
-        kernel(grid, block, args)."""
+        the C type of `dtype` ("float32", "float64" or "int64"), compiled on first use;
+        launched as kernel(grid, block, args)."""
         key = f"{name}_{dtype}"
         kernel = _KERNELS.get(key)
         if kernel is None:
@@ -223,7 +223,7 @@ class CUDADevice(Device):
 _KERNELS: dict[str, Any] = {}
 
 #: the C element type `T` of needle's raw kernels, per dtype
-C_TYPES = {"float32": "float", "float64": "double"}
+C_TYPES = {"float32": "float", "float64": "double", "int64": "long long"}
 
 
 def typed_source(source: str, dtype: str) -> str:

@@ -224,10 +224,15 @@ RAW_KERNELS = {
     "layer_norm": ("SOURCE", ("ln_rows", "ln_grad_rows", "ln_sums", "sum_cols2")),
     "cross_entropy": ("XENT_SOURCE", ("xent_rows",)),
     "index_add": ("SEGMENT_SOURCE", ("segment_sum",)),
+    "index_check": ("SOURCE", ("checked_indices",)),
     "normalize": ("SOURCE", ("norm_rows", "norm_cols", "norm_grad_rows", "norm_grad_cols")),
     "softmax": ("SOURCE", ("softmax_rows", "softmax_grad_rows")),
     "sums": ("SUM_SOURCE", ("sum_rows", "sum_cols_part", "sum_cols")),
 }
+
+
+#: the modules whose raw kernels are launched for int64 arrays (the others: float32, float64)
+INTEGER_KERNELS = {"index_check"}
 
 
 def _raw_sources():
@@ -269,7 +274,7 @@ def test_every_raw_kernel_compiles_for_hopper():
     from needle.backends.cuda import typed_source
 
     for module, source, _ in _raw_sources():
-        for dtype in ("float32", "float64"):
+        for dtype in ("int64",) if module in INTEGER_KERNELS else ("float32", "float64"):
             program = nvrtc.createProgram(typed_source(source, dtype), f"{module}.cu", [], [])
             try:
                 nvrtc.compileProgram(program, ["--gpu-architecture=compute_90"])
@@ -567,3 +572,44 @@ def test_layer_norm_kernels_give_the_references_bits():
             assert a.shape == e.shape and a.dtype == e.dtype
             np.testing.assert_array_equal(cupy.asnumpy(a), cupy.asnumpy(e),
                                           err_msg=f"{shape} {dtype} result {i}")
+
+
+def test_index_check_gets_its_arguments_in_the_kernels_order(monkeypatch):
+    """(no GPU: numpy in cupy's place, a numpy kernel taking the CUDA signature's arguments
+    by name) the Python around the index check's kernel: a C-ordered copy of a view, the
+    grid, and the reference's (indices, any bad)."""
+    import contextlib
+    from types import SimpleNamespace as NS
+
+    from needle.backends import index_check
+    from needle.ops.indices import checked_indices_portable
+
+    def checked_indices(x, out, bad, size, n):
+        assert x.flags.c_contiguous and x.size == out.size == size
+        flat = x.reshape(-1)
+        wrong = (flat < 0) | (flat >= n)
+        out.reshape(-1)[...] = np.where(wrong, 0, flat)
+        bad[...] = bad | wrong.any()
+
+    def raw_kernel(name, source, entry, dtype):
+        assert source is index_check.SOURCE and name == entry == "checked_indices"
+        assert dtype == "int64"
+        names = _kernel_arguments(source, entry)
+
+        def launch(grid, block, args):
+            assert len(args) == len(names) and block == (256,)
+            kw = dict(zip(names, args))
+            assert grid == (min(-(-int(kw["size"]) // 256), 1024),)
+            checked_indices(**kw)
+        return launch
+
+    fake = NS(cupy=NS(ascontiguousarray=np.ascontiguousarray, empty=np.empty, zeros=np.zeros,
+                      bool_=np.bool_), native=contextlib.nullcontext(), raw_kernel=raw_kernel)
+    monkeypatch.setattr(index_check, "device_of", lambda a: fake)
+    ids = np.random.default_rng(0).integers(-3, 12, (7, 400))
+    for x in (np.clip(ids, 0, 9), ids, ids.T, ids[:1, :1]):
+        got, want = index_check.checked_indices_cuda(x, 10), checked_indices_portable(x, 10)
+        assert got[0].shape == want[0].shape and got[0].dtype == want[0].dtype
+        np.testing.assert_array_equal(got[0], want[0])
+        assert got[1].shape == () and bool(got[1]) == bool(want[1])
+    assert index_check.checked_indices_cuda(ids.astype(np.int32), 10) is NotImplemented

@@ -276,6 +276,16 @@ def relu_grad_cases(device, rng):
     return cases
 
 
+def checked_indices_cases(device, rng):
+    """int64 indices all good, some bad (negative, n and above), a transposed view, one
+    index, and an int32 array a fast version leaves to the reference: rtol 0."""
+    ids = rng.integers(-3, 12, (7, 40))
+    cases = [((device.asarray(a, dtype="int64"), 10), {}, 0)
+             for a in (np.clip(ids, 0, 9), ids, np.array([4]))]
+    view = device.xp.permute_dims(device.asarray(ids, dtype="int64"), (1, 0))
+    return cases + [((view, 10), {}, 0), ((device.asarray(ids, dtype="int32"), 10), {}, 0)]
+
+
 def moving_average_cases(device, rng):
     def arrays(*shapes, dtype="float32"):
         return [device.asarray(rng.standard_normal(s), dtype=dtype) for s in shapes]
@@ -513,6 +523,7 @@ CASES = {"im2col": im2col_cases, "index_add": index_add_cases,
          "batch_norm": batch_norm_cases, "batch_norm_grad": batch_norm_grad_cases,
          "layer_norm": layer_norm_cases, "layer_norm_grad": layer_norm_grad_cases,
          "dropout": dropout_cases, "relu_grad": relu_grad_cases,
+         "checked_indices": checked_indices_cases,
          "moving_average": moving_average_cases, "moving_averages": moving_averages_cases,
          "matmul": matmul_cases, "lstm_state": lstm_state_cases,
          "lstm_output": lstm_output_cases, "lstm_state_grad": lstm_state_grad_cases,

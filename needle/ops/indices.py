@@ -5,6 +5,21 @@ from __future__ import annotations
 from typing import Any
 
 from ..autograd.graph import array_function
+from ..backends import namespace
+from ..kernels import Kernel
+
+
+def checked_indices_portable(array: Any, n: int) -> tuple[Any, Any]:
+    """(array with its entries outside [0, n) replaced by 0, whether there were any: a 0-d
+    bool array), for integer indices; nothing read back."""
+    xp = namespace(array)
+    bad = (array < 0) | (array >= n)
+    return xp.where(bad, xp.zeros_like(array), array), xp.any(bad)
+
+
+#: cuda: one kernel (backends/index_check.py)
+CHECKED_INDICES = Kernel("checked_indices", checked_indices_portable,
+                         fast={"cuda": "needle.backends.index_check:checked_indices_cuda"})
 
 
 @array_function  # ndl.compile replays it (and its check) on each step's labels
@@ -21,15 +36,21 @@ def as_index_array(xp: Any, array: Any, n: int, who: str, what: str = "indices",
     ever indexes out of bounds.
     """
     floating, array_dtype = xp.isdtype(array.dtype, "real floating"), array.dtype
+    deferred = device is not None and device.defers_checks
     if floating:
         bad = (array < 0) | (array >= n) | (xp.floor(array) != array)  # NaN is bad too
     elif xp.isdtype(array.dtype, "integral"):
         array = xp.astype(array, xp.int64, copy=False)  # n may not fit a small dtype
+        if deferred:  # (the mask is made again only to name a bad value)
+            out, any_bad = CHECKED_INDICES(array, n)
+            device.defer_check(any_bad, lambda: _message(
+                xp, array, array_dtype, (array < 0) | (array >= n), n, who, what))
+            return out
         bad = (array < 0) | (array >= n)
     else:
         raise TypeError(f"{who}: expected integer {what} (or floats holding whole numbers), "
                         f"found dtype {array.dtype}")
-    if device is not None and device.defers_checks:
+    if deferred:
         device.defer_check(xp.any(bad),
                            lambda: _message(xp, array, array_dtype, bad, n, who, what))
         return xp.astype(xp.where(bad, xp.zeros_like(array), array), xp.int64, copy=False)
