@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from harness import interleaved_ms  # noqa: E402
@@ -66,3 +68,26 @@ def test_the_host_overhead_steps_run_on_the_cpu(monkeypatch):
             step = host_overhead.make_step(row, column)
             step()
             step()  # (a compiled step replays from its second call)
+
+
+def test_kernel_times_profiles_a_step_and_reports_its_ops(monkeypatch):
+    """benchmarks/kernel_times.py on the cpu (its --cpu mode: op host times where a GPU gives
+    kernel times), gpu.py's transformer made tiny: both frameworks' steps are profiled, every
+    op's time and calls a step are positive, and the report's header sums them."""
+    pytest.importorskip("torch", reason="kernel_times.py profiles with torch.profiler")
+    import gpu
+    import host_overhead
+    import kernel_times
+
+    for name in ("E", "HIDDEN", "DIM_HEAD", "T", "IMAGE"):
+        monkeypatch.setattr(gpu, name, getattr(gpu, name))
+    host_overhead.small_models()
+    for framework in ("needle torch:cpu", "pytorch cpu"):
+        step = kernel_times.cpu_step("transformer_b16", framework)
+        ms, times = kernel_times.profile(step, lambda: None, cpu=True, steps=1)
+        assert ms > 0 and any("mm" in key for key in times), framework
+        assert all(us > 0 and calls > 0 for us, calls in times.values())
+        header = kernel_times.report("transformer_b16", framework, ms, times, cpu=True)
+        total = sum(us for us, _ in times.values()) / 1e3
+        assert header.splitlines()[0].endswith(f"{total:.3f} ms of host time a step in "
+                                               f"{sum(c for _, c in times.values()):.0f} ops")
