@@ -1,0 +1,112 @@
+"""Host time per call (us) of the launches an eager step makes on a GPU, on tiny arrays (so
+the GPU's time stays below the host's): cupy's ufuncs, ElementwiseKernel and RawKernel
+launches, allocations and views, needle's kernel wrappers and a needle op on cuda, and
+PyTorch's equivalents; best of 5 runs of 2,000 calls, each run closed by a sync. The
+README's "Host time per call" figures (H100) came from this. Needs cupy, PyTorch and a GPU.
+
+    python benchmarks/launch_costs.py
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import numpy as np
+
+import needle as ndl
+
+N = 2000
+RAW_RELU_GRAD = r"""extern "C" __global__ void rg(const float* g, const float* a, float* y,
+                                                long long n) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)blockDim.x * gridDim.x) y[i] = g[i] * (a[i] > 0.f ? 1.f : 0.f);
+}"""
+
+
+def timer(sync: Callable[[], None]) -> Callable[[str, Callable[[], object]], None]:
+    """t(name, f): prints the best of 5 runs of N calls of f, in us per call."""
+    def t(name: str, f: Callable[[], object]) -> None:
+        f()
+        sync()
+        best = float("inf")
+        for _ in range(5):
+            start = time.perf_counter()
+            for _ in range(N):
+                f()
+            sync()
+            best = min(best, (time.perf_counter() - start) / N * 1e6)
+        print(f"{best:8.2f} us  {name}", flush=True)
+    return t
+
+
+def cupy_calls(dev: ndl.Device) -> None:
+    from needle.backends import add_to_fresh, matmul, normalize, relu, sums
+
+    cp = dev.cupy
+    t = timer(cp.cuda.Device().synchronize)
+    with dev.native:
+        a, b = (cp.random.rand(64, 64, dtype=cp.float32) for _ in range(2))
+        y, big = cp.empty_like(a), cp.random.rand(4096, 64, dtype=cp.float32)
+        m, v = (cp.random.rand(64, dtype=cp.float32) for _ in range(2))
+        raw = cp.RawKernel(RAW_RELU_GRAD, "rg")
+        ew = dev.elementwise_kernel("relu_grad", "X g, X a", "X y", relu.RELU_GRAD_CUDA)
+        n64 = np.int64(a.size)
+        t("cupy.add(a, b, out=y)", lambda: cp.add(a, b, out=y))
+        t("a + b", lambda: a + b)
+        t("cupy.maximum(a, 0)", lambda: cp.maximum(a, 0))
+        t("ElementwiseKernel relu_grad(g, a, y)", lambda: ew(a, b, y))
+        t("ElementwiseKernel relu_grad(g, a) (allocates y)", lambda: ew(a, b))
+        t("RawKernel rg((16,), (256,), (g, a, y, n))", lambda: raw((16,), (256,), (a, b, y, n64)))
+        t("cupy.empty((64, 64))", lambda: cp.empty((64, 64), dtype=cp.float32))
+        t("cupy.empty_like(a)", lambda: cp.empty_like(a))
+        t("a.reshape(4096)", lambda: a.reshape(4096))
+        t("a.transpose((1, 0))", lambda: a.transpose((1, 0)))
+        t("cupy.ascontiguousarray(a.T) (a copy kernel)", lambda: cp.ascontiguousarray(a.T))
+        t("cupy.sum(big, axis=0)", lambda: cp.sum(big, axis=0))
+        t("cupy.any(a > 0)", lambda: cp.any(a > 0))
+        t("needle relu_grad_cuda(g, a)", lambda: relu.relu_grad_cuda(a, b))
+        t("needle add_to_fresh_cuda(y, b)", lambda: add_to_fresh.add_to_fresh_cuda(y, b))
+        t("needle sum_cuda(big, (0,))", lambda: sums.sum_cuda(big, (0,)))
+        t("needle moving_averages_cuda", lambda: normalize.moving_averages_cuda(m, v, m, v, 0.1))
+        t("needle matmul_cuda(a, b) (a kept call)", lambda: matmul.matmul_cuda(a, b))
+        t("cupy.matmul(a, b)", lambda: cp.matmul(a, b))
+    ta, tb = (ndl.Tensor(np.random.rand(64, 64).astype(np.float32), device=dev) for _ in range(2))
+    tg = ndl.Tensor(np.random.rand(64, 64).astype(np.float32), device=dev, requires_grad=True)
+    t("needle relu (no grad)", lambda: ndl.ops.relu(ta))
+    t("needle a + b (no grad)", lambda: ta + tb)
+    t("needle relu (grad)", lambda: ndl.ops.relu(tg))
+    t("needle a @ b (grad)", lambda: tg @ tb)
+
+
+def torch_calls() -> None:
+    import torch
+
+    t = timer(torch.cuda.synchronize)
+    x, w = (torch.rand(64, 64, device="cuda") for _ in range(2))
+    xg = torch.rand(64, 64, device="cuda", requires_grad=True)
+    t("torch relu(x)", lambda: torch.relu(x))
+    t("torch x + w", lambda: x + w)
+    t("torch x @ w", lambda: x @ w)
+    t("torch threshold_backward", lambda: torch.ops.aten.threshold_backward(x, w, 0.0))
+    t("torch relu(x) (grad)", lambda: torch.relu(xg))
+    t("torch empty", lambda: torch.empty((64, 64), device="cuda"))
+
+
+def main() -> None:
+    dev = ndl.cuda()
+    if not dev.enabled():
+        print(f"benchmarks/launch_costs.py needs a GPU: {dev.unavailable_reason()}")
+        return
+    cupy_calls(dev)
+    try:
+        import torch
+    except ImportError:
+        print("(no PyTorch: its calls are not measured)")
+        return
+    if torch.cuda.is_available():
+        torch_calls()
+
+
+if __name__ == "__main__":
+    main()
