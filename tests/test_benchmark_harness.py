@@ -91,3 +91,35 @@ def test_kernel_times_profiles_a_step_and_reports_its_ops(monkeypatch):
         total = sum(us for us, _ in times.values()) / 1e3
         assert header.splitlines()[0].endswith(f"{total:.3f} ms of host time a step in "
                                                f"{sum(c for _, c in times.values()):.0f} ops")
+
+
+def test_host_profile_groups_a_steps_own_time(monkeypatch):
+    """benchmarks/host_profile.py on the cpu, gpu.py's transformer made tiny: the groups
+    share out the profile's whole own time, needle's graph and numpy's calls among them,
+    matmul_portable runs 48 times a step (16 products forward, 32 adjoints), and the report
+    lists the groups, most first."""
+    import gpu
+    import host_overhead
+    import host_profile
+
+    for name in ("E", "HIDDEN", "DIM_HEAD", "T", "IMAGE"):
+        monkeypatch.setattr(gpu, name, getattr(gpu, name))
+    host_overhead.small_models()
+    device, sync = host_profile.device_and_sync("cpu")
+    step = gpu.needle_step("transformer", None, 2, device)
+    step()
+    stats = host_profile.profile(step, sync, steps=2)
+    total, groups, functions = host_profile.grouped(stats, steps=2)
+    own = sum(row[2] for row in stats.stats.values()) / 2  # (cc, nc, own, cumulative, ..)
+    assert total == pytest.approx(own) and total > 0
+    assert groups["needle/autograd/graph.py"] > 0
+    assert any(name.startswith("needle/backends/") for name in groups)
+    calls = {where.rsplit(":", 1)[1]: c for _, c, where in functions if "linalg.py" in where}
+    assert calls["13(matmul_portable)"] == 48
+    text = host_profile.report("transformer_b16", "cpu", 1.0, total, groups, functions, top=5)
+    lines = text.splitlines()
+    assert lines[0].startswith("===== cpu transformer_b16: 1.00 ms/step unprofiled")
+    shares = [float(line.split("%")[0]) for line in lines[1:6]]
+    assert shares == sorted(shares, reverse=True) and len(lines) == 12
+    with pytest.raises(ValueError, match="unknown device 'gpu'"):
+        host_profile.device_and_sync("gpu")
