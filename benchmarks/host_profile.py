@@ -114,7 +114,8 @@ def report(row: str, device: str, ms: float, total: float, groups: collections.C
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("rows", help=f"comma-separated steps of benchmarks/gpu.py: {', '.join(gpu.STEPS)}")
+    p.add_argument("rows", help="comma-separated steps of benchmarks/gpu.py: "
+                                f"{', '.join(gpu.STEPS)}")
     p.add_argument("--device", default="cuda", choices=DEVICES)
     p.add_argument("--steps", type=int, default=10, help="profiled steps (after 5 warm-up)")
     p.add_argument("--top", type=int, default=40, help="groups and functions shown")
