@@ -11,6 +11,16 @@ on a handle of needle's own bound to the capture's stream and to a workspace of 
 plain Python over shapes and strides: tests/test_cublas_direct.py checks them on numpy
 against a column-major BLAS written in numpy. The ctypes calls run only where cupy sees a
 GPU.
+
+Eager products (no capture under way) make the same cuBLAS calls through cupy's own Cython
+wrappers of them (`cupy_backends.cuda.libs.cublas.gemmEx`, `gemmStridedBatchedEx`): ctypes
+converts all 19 or 23 arguments at every call, a Cython call does not (the kept calls
+through ctypes were 8% of the host's profiled time of cupy's eager ResNet9 step on an
+H100). A wrapper binds the handle to cupy's current stream before each call, which resets
+its workspace to cuBLAS's default pool (32 MiB on Hopper, as cuBLAS's guide gives, the size
+of a graph's); a capture keeps the ctypes calls, since the wrappers refuse to run during
+one, and binds the handle to its stream and the graph's workspace. `EAGER_WRAPPERS = False`
+makes every call a ctypes one again, eager ones on a workspace of the handle's own.
 """
 
 from __future__ import annotations
@@ -30,6 +40,8 @@ COMPUTE_32F, COMPUTE_64F = 68, 70
 GEMM_DEFAULT = -1
 #: the workspace cuBLAS is given during a capture (its guide asks 32 MiB on Hopper)
 WORKSPACE_BYTES = 32 << 20
+#: eager products through cupy's Cython wrappers of the same cuBLAS calls (see above)
+EAGER_WRAPPERS = True
 
 
 class Operand(NamedTuple):
@@ -155,9 +167,23 @@ def _library() -> Any:
     return lib
 
 
-def _check(status: int, call: str) -> None:
-    if status != 0:
+def _check(status: int | None, call: str) -> None:
+    """Raise for a failed ctypes call (cupy's wrappers raise themselves and return None)."""
+    if status:
         raise RuntimeError(f"{call} failed with cuBLAS status {status}")
+
+
+def _wrappers() -> Any:
+    """cupy's Cython module of cuBLAS wrappers, where it has the two products and
+    EAGER_WRAPPERS is on, else None."""
+    if not EAGER_WRAPPERS:
+        return None
+    try:
+        from cupy_backends.cuda.libs import cublas
+    except ImportError:
+        return None
+    has_both = hasattr(cublas, "gemmEx") and hasattr(cublas, "gemmStridedBatchedEx")
+    return cublas if has_both else None
 
 
 class Cublas:
@@ -169,12 +195,14 @@ class Cublas:
         self.handle = ctypes.c_void_p()
         with device.native:
             _check(self.lib.cublasCreate_v2(ctypes.byref(self.handle)), "cublasCreate")
+        #: cupy's wrappers of the products, for eager calls (None: ctypes for every call)
+        self.wrappers = _wrappers()
         #: (stream, workspace) the handle launches on and uses now; the eager workspace
         self.bound: tuple[int, int] | None = None
         self.workspace: Any = None
-        #: (a's shape and strides, b's, their dtypes) -> (result's shape, cuBLAS call, how
-        #: b and a are read: `_copy_of`)
-        self._calls: dict[tuple, tuple[tuple, Callable[[int, int, int], int], Any, Any]] = {}
+        #: (a's shape and strides, b's, their dtypes) -> (result's shape, its cuBLAS calls
+        #: (`call_of`), how b and a are read: `_copy_of`)
+        self._calls: dict[tuple, tuple[tuple, Calls, Any, Any]] = {}
 
     def bind(self, stream_ptr: int, workspace_ptr: int, nbytes: int) -> None:
         """Launch on stream `stream_ptr`, using `nbytes` of workspace at `workspace_ptr`
@@ -186,7 +214,10 @@ class Cublas:
 
     def on_current_stream(self) -> Cublas:
         """The handle bound to cupy's current stream and a workspace of its own (outside a
-        capture: a capture binds it to its stream and the graph's workspace)."""
+        capture: a capture binds it to its stream and the graph's workspace); with cupy's
+        wrappers, as it is: they bind it to the current stream at every call."""
+        if self.wrappers is not None:
+            return self
         cp = self.device.cupy
         if self.workspace is None:
             with self.device.native:
@@ -207,7 +238,9 @@ class Cublas:
         key = (a.shape, a.strides, b.shape, b.strides, a.dtype, b.dtype)
         known = self._calls.get(key)
         if known is not None:
-            out_shape, call, copy_b, copy_a = known
+            out_shape, calls, copy_b, copy_a = known
+            call = calls.captured if calls.eager is None or self.device.capture_matmul else (
+                calls.eager)
             cp = self.device.cupy
             with self.device.native:
                 out = cp.empty(out_shape, dtype=a.dtype)
@@ -226,31 +259,53 @@ class Cublas:
             if p.k == 0:
                 out.fill(0)
                 return out
-            call = self.call_of(p, dtype_name(a.dtype) == "float32")
+            calls = self.call_of(p, dtype_name(a.dtype) == "float32")
+            call = calls.captured if calls.eager is None or self.device.capture_matmul else (
+                calls.eager)
             _check(call(p.first.array.data.ptr, p.second.array.data.ptr, out.data.ptr),
                    "cublasGemmEx")
             copy_b, copy_a = _copy_of(p.first, b, p.batch), _copy_of(p.second, a, p.batch)
             if copy_b is not False and copy_a is not False:
                 if len(self._calls) >= 256:  # (bounded: a long run of new shapes)
                     self._calls.clear()
-                self._calls[key] = (out.shape, call, copy_b, copy_a)
+                self._calls[key] = (out.shape, calls, copy_b, copy_a)
             return out
 
-    def call_of(self, p: Plan, single: bool) -> Callable[[int, int, int], int]:
-        """Plan `p`'s cuBLAS call (float32 if `single`, else float64) on this handle:
-        (first operand's pointer, second's, result's) -> cuBLAS status."""
-        one, zero = _ONE_ZERO[single]
-        kind, compute = (R_32F, COMPUTE_32F) if single else (R_64F, COMPUTE_64F)
-        f, s, count, ldc = p.first, p.second, math.prod(p.batch), max(p.n, 1)
-        head = (self.handle, f.op, s.op, p.n, p.m, p.k, one)
-        if count == 1:
-            gemm = self.lib.cublasGemmEx
-            return lambda x, y, out: gemm(*head, x, kind, f.ld, y, kind, s.ld, zero, out, kind,
-                                          ldc, compute, GEMM_DEFAULT)
-        gemm = self.lib.cublasGemmStridedBatchedEx
-        return lambda x, y, out: gemm(*head, x, kind, f.ld, f.stride, y, kind, s.ld, s.stride,
-                                      zero, out, kind, ldc, p.m * p.n, count, compute,
-                                      GEMM_DEFAULT)
+    def call_of(self, p: Plan, single: bool) -> Calls:
+        """Plan `p`'s cuBLAS call (float32 if `single`, else float64) on this handle, through
+        ctypes and, where cupy has them, through cupy's wrappers."""
+        lib, wrappers = self.lib, self.wrappers
+        captured = _gemm(lib.cublasGemmEx, lib.cublasGemmStridedBatchedEx, self.handle,
+                         _ONE_ZERO[single], p, single)
+        eager = None if wrappers is None else _gemm(
+            wrappers.gemmEx, wrappers.gemmStridedBatchedEx, self.handle.value or 0,
+            _ADDRESSES[single], p, single)
+        return Calls(captured, eager)
+
+
+class Calls(NamedTuple):
+    """A product's cuBLAS call, each (first operand's pointer, second's, result's) ->
+    cuBLAS status or None: `captured` through ctypes (for a capture; every call where
+    `eager` is None), `eager` through cupy's wrappers."""
+
+    captured: Callable[[int, int, int], int | None]
+    eager: Callable[[int, int, int], int | None] | None
+
+
+def _gemm(gemm: Callable, batched: Callable, handle: Any, one_zero: tuple[Any, Any], p: Plan,
+          single: bool) -> Callable[[int, int, int], int | None]:
+    """Plan `p`'s call of `gemm` (cublasGemmEx's arguments) or, for a batch, `batched`
+    (cublasGemmStridedBatchedEx's), with alpha and beta `one_zero` by reference."""
+    one, zero = one_zero
+    kind, compute = (R_32F, COMPUTE_32F) if single else (R_64F, COMPUTE_64F)
+    f, s, count, ldc = p.first, p.second, math.prod(p.batch), max(p.n, 1)
+    head = (handle, f.op, s.op, p.n, p.m, p.k, one)
+    if count == 1:
+        return lambda x, y, out: gemm(*head, x, kind, f.ld, y, kind, s.ld, zero, out, kind,
+                                      ldc, compute, GEMM_DEFAULT)
+    return lambda x, y, out: batched(*head, x, kind, f.ld, f.stride, y, kind, s.ld, s.stride,
+                                     zero, out, kind, ldc, p.m * p.n, count, compute,
+                                     GEMM_DEFAULT)
 
 
 #: alpha = 1 and beta = 0, by reference, for float32 (True) and float64 (False) products
@@ -258,6 +313,9 @@ _SCALARS = {True: (ctypes.c_float(1.0), ctypes.c_float(0.0)),
             False: (ctypes.c_double(1.0), ctypes.c_double(0.0))}
 _ONE_ZERO = {single: (ctypes.byref(one), ctypes.byref(zero))
              for single, (one, zero) in _SCALARS.items()}
+#: the same as addresses (cupy's wrappers take host pointers as integers)
+_ADDRESSES = {single: (ctypes.addressof(one), ctypes.addressof(zero))
+              for single, (one, zero) in _SCALARS.items()}
 
 
 _HANDLES: dict[int, Cublas] = {}

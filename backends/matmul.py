@@ -1,8 +1,9 @@
 """Matrix products on cuda (the fast version of needle.ops.linalg.MATMUL): every float32 and
 float64 product by one direct cuBLAS call (backends/cublas_direct.py: cublasGemmEx or
-cublasGemmStridedBatchedEx through ctypes, on needle's own handle bound to cupy's current
-stream), the same calls a captured CUDA graph makes; cupy.dot / cupy.matmul where the
-library cannot be found (cupy older than 14) or with EAGER_DIRECT off.
+cublasGemmStridedBatchedEx on needle's own handle, on cupy's current stream, eagerly through
+cupy's Cython wrappers of them), the same calls a captured CUDA graph makes through ctypes;
+cupy.dot / cupy.matmul where the library cannot be found (cupy older than 14) or with
+EAGER_DIRECT off.
 
 Host time per call on an H100 machine (cupy 14.2, float32, best of 3x50 calls; the direct
 call keeps the cuBLAS call of a layout it met before and changes only the pointers):
@@ -19,7 +20,8 @@ every product direct against direct only for a broadcast batch (cupy's else), al
 medians: ResNet9 b128 8.30 against 9.39 ms, the transformer at b16 7.40 against 7.08,
 ResNet9 b1024 13.35 against 11.80, MLPResNet h1024 b100 6.89 against 6.84: within the
 host's noise either way. Every product direct is kept for what it gives besides: an eager
-step makes the same cuBLAS calls as its captured graph (one handle, workspaces of one size).
+step makes the same cuBLAS calls as its captured graph (one handle; on Hopper, workspaces of
+one size).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ stride). The ctypes calls themselves run only where cupy sees a GPU.
 
 from __future__ import annotations
 
+import ctypes
 import sys
 
 import numpy as np
@@ -104,15 +105,30 @@ def test_misaligned_shapes_are_refused_with_the_shapes():
         cb.plan(np, np.ones((2, 3, 4)), np.ones((3, 4, 2)))
 
 
+@pytest.mark.parametrize("calls", ["cupy's wrappers", "ctypes"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_direct_cublas_matches_cupy_matmul(dtype):
+def test_direct_cublas_matches_cupy_matmul(dtype, calls):
     """(where cupy sees a GPU) Cublas.matmul against cupy.matmul, every case above, bound to
-    the current stream: to the bit where cuBLAS picks the same kernel (said when not)."""
+    the current stream, its eager calls through cupy's wrappers or through ctypes (as a
+    capture's): to the bit where cuBLAS picks the same kernel (said when not)."""
     device = ndl.cuda()
     if not device.enabled():
         pytest.skip(device.unavailable_reason())
-    cp = device.cupy
     blas = cb.for_device(device)
+    wrappers = blas.wrappers
+    if calls == "cupy's wrappers" and wrappers is None:
+        pytest.skip("this cupy has no Cython gemmEx and gemmStridedBatchedEx")
+    blas._calls.clear()  # (the kept calls of the other way)
+    blas.wrappers = wrappers if calls == "cupy's wrappers" else None
+    try:
+        _against_cupy(device, blas, dtype, calls)
+    finally:
+        blas.wrappers = wrappers
+        blas._calls.clear()
+
+
+def _against_cupy(device, blas, dtype, calls):
+    cp = device.cupy
     with device.native:
         workspace = cp.empty(cb.WORKSPACE_BYTES, dtype=cp.uint8)
         blas.bind(cp.cuda.get_current_stream().ptr, workspace.data.ptr, workspace.nbytes)
@@ -128,7 +144,7 @@ def test_direct_cublas_matches_cupy_matmul(dtype):
                 if not bool((got == want).all()):
                     differ.append(name)
         cp.cuda.get_current_stream().synchronize()
-    print(f"cases not bit-equal to cupy.matmul ({dtype}): {differ or 'none'}")
+    print(f"cases not bit-equal to cupy.matmul ({dtype}, {calls}): {differ or 'none'}")
 
 
 
@@ -147,7 +163,7 @@ def test_eager_products_bind_the_handle_to_the_current_stream_once():
              cublasSetWorkspace_v2=lambda h, w, n: calls.append(("workspace", w, n)) or 0)
     blas = cb.Cublas.__new__(cb.Cublas)  # (no cublasCreate)
     blas.device, blas.lib, blas.handle = NS(cupy=cupy, native=contextlib.nullcontext()), lib, 0
-    blas.bound = blas.workspace = None
+    blas.bound = blas.workspace = blas.wrappers = None
     bound = [("stream", 11), ("workspace", 500, cb.WORKSPACE_BYTES)]
     assert blas.on_current_stream() is blas and calls == bound
     blas.on_current_stream()
@@ -158,6 +174,9 @@ def test_eager_products_bind_the_handle_to_the_current_stream_once():
     stream.ptr = 12
     blas.on_current_stream()
     assert calls[-2:] == [("stream", 12), ("workspace", 500, cb.WORKSPACE_BYTES)]
+    blas.wrappers, before = NS(), len(calls)  # cupy's wrappers bind it at every call
+    stream.ptr = 13
+    assert blas.on_current_stream() is blas and len(calls) == before
 
 
 def test_eager_products_fall_back_to_cupy_without_the_library(monkeypatch):
@@ -202,12 +221,13 @@ def _fake_cupy():
               empty=lambda shape, dtype: dev(np.empty(shape, dtype)))
 
 
-def test_a_layout_met_before_reuses_its_call_with_the_new_pointers():
-    """(no GPU: numpy standing in for cupy, a libcublas that records its calls) a product
-    keeps its call: the next product of the same shapes, strides and dtypes makes the same
-    cuBLAS call with the new arrays' pointers and no plan. An operand read in place is read
-    at the new array's own pointer; one the plan copied is copied again, into memory that
-    holds what the plan's copy held, in the same order."""
+@pytest.mark.parametrize("calls", ["ctypes", "cupy's wrappers"])
+def test_a_layout_met_before_reuses_its_call_with_the_new_pointers(calls):
+    """(no GPU: numpy standing in for cupy, a libcublas or cupy's wrappers recording their
+    calls) a product keeps its call: the next product of the same shapes, strides and
+    dtypes makes the same cuBLAS call with the new arrays' pointers and no plan. An operand
+    read in place is read at the new array's own pointer; one the plan copied is copied
+    again, into memory that holds what the plan's copy held, in the same order."""
     import contextlib
     from types import SimpleNamespace as NS
 
@@ -227,9 +247,12 @@ def test_a_layout_met_before_reuses_its_call_with_the_new_pointers():
     cupy.ascontiguousarray = lambda x: recorded(contiguous(x), x)
     cupy.reshape = lambda x, shape: recorded(reshape(x, shape), x)
     blas = cb.Cublas.__new__(cb.Cublas)  # (no cublasCreate)
-    blas.device = NS(cupy=cupy, native=contextlib.nullcontext())
-    blas.lib = NS(cublasGemmEx=record("gemm"), cublasGemmStridedBatchedEx=record("batched"))
-    blas.handle, blas._calls = 7, {}
+    blas.device = NS(cupy=cupy, native=contextlib.nullcontext(), capture_matmul=None)
+    recording = NS(cublasGemmEx=record("gemm"), cublasGemmStridedBatchedEx=record("batched"),
+                   gemmEx=record("gemm"), gemmStridedBatchedEx=record("batched"))
+    failing = NS(cublasGemmEx=None, cublasGemmStridedBatchedEx=None)  # (never called)
+    blas.lib, blas.wrappers = (recording, None) if calls == "ctypes" else (failing, recording)
+    blas.handle, blas._calls = ctypes.c_void_p(7), {}
     rng = np.random.default_rng(0)
 
     def anonymous(call, a, b, result):
@@ -267,3 +290,55 @@ def test_a_layout_met_before_reuses_its_call_with_the_new_pointers():
     assert in_place >= {"2-d", "a transposed view", "batched", "batch of one broadcast",
                         "conv gradient's (1, M, C) @ (T, C, D)^T"}
     assert "broadcast rows" not in in_place and "mixed broadcast" not in in_place
+
+
+def test_eager_calls_go_through_cupys_wrappers_and_captured_ones_through_ctypes():
+    """(no GPU: numpy standing in for cupy) outside a capture a product calls cupy's wrapper
+    with the arguments its ctypes call passes (the handle, alpha and beta as addresses); its
+    kept call too. During a capture (cupy's wrappers refuse to run) the same product calls
+    libcublas through ctypes, first and kept."""
+    import contextlib
+    from types import SimpleNamespace as NS
+
+    calls = []
+
+    def record(way, name):
+        return lambda *args: calls.append((way, name, args)) or (0 if way == "ctypes" else None)
+
+    def plain(value):  # a ctypes argument as the integer the wrapper takes
+        if isinstance(value, ctypes.c_void_p):
+            return value.value
+        if type(value).__name__ == "CArgObject":  # ctypes.byref(x)
+            return ctypes.addressof(value._obj)
+        return value
+
+    blas = cb.Cublas.__new__(cb.Cublas)  # (no cublasCreate)
+    blas.device = NS(cupy=_fake_cupy(), native=contextlib.nullcontext(), capture_matmul=None)
+    blas.lib = NS(cublasGemmEx=record("ctypes", "gemm"),
+                  cublasGemmStridedBatchedEx=record("ctypes", "batched"))
+    blas.wrappers = NS(gemmEx=record("cupy", "gemm"),
+                       gemmStridedBatchedEx=record("cupy", "batched"))
+    blas.handle, blas._calls = ctypes.c_void_p(7), {}
+    rng = np.random.default_rng(2)
+    for name, make in CASES.items():
+        for dtype in ("float32", "float64"):
+            a, b = (x.astype(dtype).view(_Device) for x in make(rng.random))
+            blas._calls.clear()
+            for _ in range(2):  # planned, then kept
+                blas.device.capture_matmul = None
+                blas.matmul(a, b)
+                blas.device.capture_matmul = blas.matmul
+                blas.matmul(a, b)
+            eager, captured = calls[-4::2], calls[-3::2]
+            assert [c[0] for c in eager] == ["cupy", "cupy"], name
+            assert [c[0] for c in captured] == ["ctypes", "ctypes"], name
+            for (_, gemm, args), (_, gemm_c, args_c) in zip(eager, captured):
+                assert gemm == gemm_c, name
+                arrays = (7, 10, 14) if gemm == "gemm" else (7, 11, 16)  # (fresh copies, out)
+                args_c = tuple(plain(v) for v in args_c)
+                assert args[0] == 7 and len(args) == len(args_c), name
+                assert [v for i, v in enumerate(args) if i not in arrays] == [
+                    v for i, v in enumerate(args_c) if i not in arrays], name
+            one = args[6]
+            assert ctypes.cast(one, ctypes.POINTER(
+                ctypes.c_float if dtype == "float32" else ctypes.c_double))[0] == 1.0
