@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import warnings
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
@@ -239,14 +240,12 @@ class Cublas:
         known = self._calls.get(key)
         if known is not None:
             out_shape, calls, copy_b, copy_a = known
-            call = calls.captured if calls.eager is None or self.device.capture_matmul else (
-                calls.eager)
             cp = self.device.cupy
             with self.device.native:
                 out = cp.empty(out_shape, dtype=a.dtype)
                 first = b if copy_b is None else _copied(cp, b, copy_b)
                 second = a if copy_a is None else _copied(cp, a, copy_a)
-                _check(call(first.data.ptr, second.data.ptr, out.data.ptr), "cublasGemmEx")
+                self._call(calls, first.data.ptr, second.data.ptr, out.data.ptr)
             return out
         if a.dtype != b.dtype or dtype_name(a.dtype) not in ("float32", "float64"):
             return NotImplemented
@@ -260,16 +259,30 @@ class Cublas:
                 out.fill(0)
                 return out
             calls = self.call_of(p, dtype_name(a.dtype) == "float32")
-            call = calls.captured if calls.eager is None or self.device.capture_matmul else (
-                calls.eager)
-            _check(call(p.first.array.data.ptr, p.second.array.data.ptr, out.data.ptr),
-                   "cublasGemmEx")
+            self._call(calls, p.first.array.data.ptr, p.second.array.data.ptr, out.data.ptr)
             copy_b, copy_a = _copy_of(p.first, b, p.batch), _copy_of(p.second, a, p.batch)
             if copy_b is not False and copy_a is not False:
                 if len(self._calls) >= 256:  # (bounded: a long run of new shapes)
                     self._calls.clear()
                 self._calls[key] = (out.shape, calls, copy_b, copy_a)
             return out
+
+    def _call(self, calls: Calls, first: int, second: int, out: int) -> None:
+        """Make a product's cuBLAS call: through ctypes during a capture or without cupy's
+        wrappers, else through them; should a wrapper fail, ctypes from then on (warned)."""
+        if calls.eager is None or self.wrappers is None or self.device.capture_matmul is not None:
+            _check(calls.captured(first, second, out), "cublasGemmEx")
+            return
+        try:
+            calls.eager(first, second, out)
+        except Exception as e:  # (written without a GPU: a refusal falls back, said once)
+            self.wrappers, self.bound = None, None
+            self._calls.clear()
+            warnings.warn(f"needle: cupy's cuBLAS wrapper failed ({type(e).__name__}: {e}); "
+                          "products call libcublas through ctypes from now on",
+                          RuntimeWarning, stacklevel=2)
+            self.on_current_stream()
+            _check(calls.captured(first, second, out), "cublasGemmEx")
 
     def call_of(self, p: Plan, single: bool) -> Calls:
         """Plan `p`'s cuBLAS call (float32 if `single`, else float64) on this handle, through

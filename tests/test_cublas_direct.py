@@ -342,3 +342,41 @@ def test_eager_calls_go_through_cupys_wrappers_and_captured_ones_through_ctypes(
             one = args[6]
             assert ctypes.cast(one, ctypes.POINTER(
                 ctypes.c_float if dtype == "float32" else ctypes.c_double))[0] == 1.0
+
+
+def test_a_failing_wrapper_falls_back_to_ctypes_for_good_and_says_so():
+    """(no GPU: numpy standing in for cupy) should cupy's wrapper raise (the eager calls were
+    written without a GPU), the product is made through ctypes on a handle bound to the
+    current stream and a workspace of its own, a RuntimeWarning names the error, and every
+    later product goes through ctypes."""
+    import contextlib
+    from types import SimpleNamespace as NS
+
+    calls = []
+
+    def refuse(*args):
+        calls.append("wrapper")
+        raise TypeError("an integer is required")
+
+    def gemm(*args):
+        calls.append("ctypes")
+        return 0
+
+    cupy = _fake_cupy()
+    cupy.uint8 = "uint8"
+    cupy.cuda = NS(get_current_stream=lambda: NS(ptr=11))
+    blas = cb.Cublas.__new__(cb.Cublas)  # (no cublasCreate)
+    blas.device = NS(cupy=cupy, native=contextlib.nullcontext(), capture_matmul=None)
+    blas.lib = NS(cublasGemmEx=gemm, cublasGemmStridedBatchedEx=gemm,
+                  cublasSetStream_v2=lambda h, s: calls.append(("stream", s)) or 0,
+                  cublasSetWorkspace_v2=lambda h, w, n: calls.append(("workspace", n)) or 0)
+    blas.wrappers = NS(gemmEx=refuse, gemmStridedBatchedEx=refuse)
+    blas.handle, blas._calls, blas.bound, blas.workspace = ctypes.c_void_p(7), {}, (11, 1), None
+    a, b = (np.ones(shape, dtype="float32").view(_Device) for shape in ((3, 4), (4, 2)))
+    with pytest.warns(RuntimeWarning, match="cuBLAS wrapper failed .TypeError: an integer"):
+        blas.matmul(a, b)
+    assert calls == ["wrapper", ("stream", 11), ("workspace", cb.WORKSPACE_BYTES), "ctypes"]
+    assert blas.wrappers is None
+    blas.matmul(a, b)
+    blas.matmul(b.T.copy().view(_Device), a.T.copy().view(_Device))
+    assert calls[4:] == ["ctypes", "ctypes"]
