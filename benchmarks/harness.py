@@ -40,6 +40,20 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def best_of(f: Callable[[], Any], calls: int, runs: int,
+            sync: Callable[[], Any] = lambda: None) -> float:
+    """The best of `runs` runs of `calls` calls of `f`, each run closed by `sync()` (a GPU's
+    synchronisation): seconds a call."""
+    best = float("inf")
+    for _ in range(runs):
+        start = time.perf_counter()
+        for _ in range(calls):
+            f()
+        sync()
+        best = min(best, (time.perf_counter() - start) / calls)
+    return best
+
+
 def timed_steps(step: Callable[[], Any], steps: int, *, warmup: int = 2,
                 sync: Callable[[], Any] | None = None) -> dict:
     """Median ms of `steps` calls after `warmup` calls, each closed by `sync()` when given (a

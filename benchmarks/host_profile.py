@@ -20,13 +20,13 @@ import collections
 import cProfile
 import pstats
 import sys
-import time
 from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import gpu  # noqa: E402
+from harness import best_of  # noqa: E402
 
 import needle as ndl  # noqa: E402
 
@@ -48,14 +48,7 @@ def device_and_sync(name: str) -> tuple[ndl.Device, Callable[[], None]]:
 
 def step_ms(step: Callable[[], object], sync: Callable[[], None], steps: int) -> float:
     """The best of three runs of `steps` steps, ms a step, each run closed by `sync`."""
-    best = float("inf")
-    for _ in range(3):
-        start = time.perf_counter()
-        for _ in range(steps):
-            step()
-        sync()
-        best = min(best, (time.perf_counter() - start) / steps * 1e3)
-    return best
+    return best_of(step, steps, 3, sync) * 1e3
 
 
 def profile(step: Callable[[], object], sync: Callable[[], None], steps: int) -> pstats.Stats:

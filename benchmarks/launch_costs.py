@@ -9,12 +9,17 @@ README's "Host time per call" figures (H100) came from this. Needs cupy, PyTorch
 
 from __future__ import annotations
 
-import time
+import sys
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-import needle as ndl
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import best_of  # noqa: E402
+
+import needle as ndl  # noqa: E402
 
 N = 2000
 RAW_RELU_GRAD = r"""extern "C" __global__ void rg(const float* g, const float* a, float* y,
@@ -29,14 +34,7 @@ def timer(sync: Callable[[], None]) -> Callable[[str, Callable[[], object]], Non
     def t(name: str, f: Callable[[], object]) -> None:
         f()
         sync()
-        best = float("inf")
-        for _ in range(5):
-            start = time.perf_counter()
-            for _ in range(N):
-                f()
-            sync()
-            best = min(best, (time.perf_counter() - start) / N * 1e6)
-        print(f"{best:8.2f} us  {name}", flush=True)
+        print(f"{best_of(f, N, 5, sync) * 1e6:8.2f} us  {name}", flush=True)
     return t
 
 
