@@ -8,10 +8,14 @@ affine map out = y w + b; the backward sums g w, g w y, g y and g in one pass an
 dx = s (g w - mean(g w) - y mean(g w y)) in a second. Every product and sum is the
 reference's, in its order: its normalisation and sum kernels' loops (compiled alike) and
 its exact elementwise products (here `__fmul_rn` and `__fadd_rn`, which are never fused
-into multiply-adds). So the numbers are the reference's to the bit, but where the
-reference's SUM leaves a long sum over few channels to cupy (sums.py): there dw and db
-agree to a few ulps. Results come back laid out as the input was (an NCHW view of the
+into multiply-adds). Results come back laid out as the input was (an NCHW view of the
 rows), so nothing downstream copies them: four launches backward before, two forward.
+
+Many rows of few channels are summed in parts (normalize.py's three launches forward and two
+backward, `reductions.stat_rows`), with the same device functions as the normalisation's
+kernels in parts. So the numbers are the reference's to the bit, but for dw and db where
+SUM's parts are not these: from 1,025 to 8,192 rows (SUM sums in parts, one block here) and
+beyond 1,048,576 (SUM leaves them to cupy), where they agree to a few ulps.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ import numpy as np
 
 from . import device_of, namespace
 from .dtype_names import dtype_name
-from .normalize import _TYPES, HELPERS
+from .normalize import grad_parts, stats_in_parts
+from .reductions import _TYPES, HELPERS, PART_HELPERS, stat_rows
 from .rows import as_rows, from_rows
 
 BN_SOURCE = HELPERS + r"""
@@ -84,6 +89,31 @@ extern "C" __global__ void bn_grad_cols(const T* g, const T* y, const T* w, cons
         }
     }
 }
+""" + PART_HELPERS + r"""
+// many rows of few columns, in parts (after normalize.py's stats_in_parts): bn_cols' out, y,
+// s, mean and var from the parts' sums
+extern "C" __global__ void bn_cols_parts(const T* x, const T* w, const T* b, const T* sums,
+                                         const T* sq, T* out, T* y, T* s, T* mean, T* var,
+                                         long long n, long long d, long long rows,
+                                         long long parts, T eps) {
+    __shared__ T buf[32 * 33];
+    cols_apply(x, w, b, sums, sq, out, y, s, mean, var, n, d, rows, parts, eps, buf);
+}
+
+// bn_grad_cols in parts: each part's sums of g w, g w y, g y and g, then dx, dw and db
+extern "C" __global__ void bn_grad_part(const T* g, const T* y, const T* w, T* part,
+                                        long long n, long long d, long long rows,
+                                        long long parts) {
+    __shared__ T buf[32 * 33];
+    grad_part(g, y, w, part, n, d, rows, parts, buf);
+}
+
+extern "C" __global__ void bn_grad_cols_parts(const T* g, const T* y, const T* w, const T* s,
+                                              const T* part, T* dx, T* dw, T* db, long long n,
+                                              long long d, long long rows, long long parts) {
+    __shared__ T buf[32 * 33];
+    grad_cols_apply(g, y, w, s, part, dx, dw, db, n, d, rows, parts, buf);
+}
 """
 
 
@@ -117,10 +147,15 @@ def batch_norm_cuda(x: Any, w: Any, b: Any, eps: float) -> Any:
         rows = cp.ascontiguousarray(_rows(xp, x))
         out, y = (cp.empty(rows.shape, dtype=rows.dtype) for _ in range(2))
         s, mean, var = (cp.empty(keep, dtype=x.dtype) for _ in range(3))
-        gpu.raw_kernel("bn_cols", BN_SOURCE, "bn_cols", dtype)(
-            ((c + 31) // 32,), (32, 32),
-            (rows, cp.ascontiguousarray(w), cp.ascontiguousarray(b), out, y, s, mean, var,
-             np.int64(n), np.int64(c), np.dtype(dtype).type(eps)))
+        w, b, e = cp.ascontiguousarray(w), cp.ascontiguousarray(b), np.dtype(dtype).type(eps)
+        if (part_rows := stat_rows(n, c)) is None:
+            gpu.raw_kernel("bn_cols", BN_SOURCE, "bn_cols", dtype)(
+                ((c + 31) // 32,), (32, 32),
+                (rows, w, b, out, y, s, mean, var, np.int64(n), np.int64(c), e))
+        else:
+            grid, (sums, sq, *sizes), _ = stats_in_parts(gpu, dtype, rows, n, c, part_rows)
+            gpu.raw_kernel("bn_cols_parts", BN_SOURCE, "bn_cols_parts", dtype)(
+                grid, (32, 32), (rows, w, b, sums, sq, out, y, s, mean, var, *sizes, e))
     return _back(xp, out, shape), _back(xp, y, shape), s, mean, var
 
 
@@ -140,8 +175,15 @@ def batch_norm_grad_cuda(g: Any, x: Any, w: Any, y: Any, s: Any, mean: Any) -> A
         rows_y = cp.ascontiguousarray(_rows(xp, y))
         dx = cp.empty(rows_y.shape, dtype=rows_y.dtype)
         dw, db = cp.empty((c,), dtype=g.dtype), cp.empty((c,), dtype=g.dtype)
-        gpu.raw_kernel("bn_grad_cols", BN_SOURCE, "bn_grad_cols", dtype)(
-            ((c + 31) // 32,), (32, 32),
-            (rows_g, rows_y, cp.ascontiguousarray(w), cp.ascontiguousarray(s).reshape(c), dx,
-             dw, db, np.int64(n), np.int64(c)))
+        w, s = cp.ascontiguousarray(w), cp.ascontiguousarray(s).reshape(c)
+        if (part_rows := stat_rows(n, c)) is None:
+            gpu.raw_kernel("bn_grad_cols", BN_SOURCE, "bn_grad_cols", dtype)(
+                ((c + 31) // 32,), (32, 32),
+                (rows_g, rows_y, w, s, dx, dw, db, np.int64(n), np.int64(c)))
+        else:
+            grid, sizes, part = grad_parts(gpu, dtype, n, c, part_rows)
+            gpu.raw_kernel("bn_grad_part", BN_SOURCE, "bn_grad_part", dtype)(
+                grid, (32, 32), (rows_g, rows_y, w, part, *sizes))
+            gpu.raw_kernel("bn_grad_cols_parts", BN_SOURCE, "bn_grad_cols_parts", dtype)(
+                grid, (32, 32), (rows_g, rows_y, w, s, part, dx, dw, db, *sizes))
     return _back(xp, dx, shape), dw, db

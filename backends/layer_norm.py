@@ -21,8 +21,7 @@ import numpy as np
 
 from . import device_of
 from .dtype_names import dtype_name
-from .normalize import _TYPES, HELPERS, _threads
-from .sums import _PART_ROWS, column_parts
+from .reductions import _PART_ROWS, _TYPES, HELPERS, _threads, column_parts
 
 SOURCE = HELPERS + r"""
 // x (rows, d) contiguous, one block per row: norm_rows, and out = y w + b

@@ -7,87 +7,26 @@ LayerNorm) or each group of 32 columns (the first axes: BatchNorm), in the porta
 two passes (mean, then the mean square of x - mean) and float32 operations, but summing in
 its own order: the results agree with the reference to a few float32 ulps, not to the bit.
 Other layouts, dtypes and empty arrays run the reference.
+
+Many rows of few columns (a BatchNorm2d's N * H * W rows of C channels: 65,536 rows of 16 in
+ResNet9's first at batch 1,024) would leave the whole sum to one or two blocks, one SM each,
+looping over every row: the statistics are then summed in parts of 1,024 rows, a block per
+32 columns and part, in three launches forward (each part's sums of x: SUM's
+sum_cols_part; each part's sums of (x - mean)^2; then y) and two backward, each block
+summing the parts' sums again in sum_cols' order (`reductions.stat_rows` says where).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
 from . import device_of, namespace
 from .dtype_names import dtype_name
+from .reductions import _TYPES, HELPERS, PART_HELPERS, _layout, _threads, stat_rows
 from .rows import as_rows, channels, from_rows
-
-_TYPES = {"float32": "float", "float64": "double"}
-
-#: block reductions, shared with backends/sums.py (T is defined by CUDADevice.raw_kernel)
-HELPERS = r"""
-// the sum of v over a one-dimensional block whose size is a power of 2 (at most 256)
-__device__ T block_sum(T v, T* buf) {
-    buf[threadIdx.x] = v;
-    __syncthreads();
-    for (unsigned k = blockDim.x / 2; k > 0; k >>= 1) {
-        if (threadIdx.x < k) buf[threadIdx.x] += buf[threadIdx.x + k];
-        __syncthreads();
-    }
-    T out = buf[0];
-    __syncthreads();
-    return out;
-}
-
-// products and sums rounded one by one (no multiply-add), for float and double
-__device__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
-__device__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
-__device__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
-__device__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
-
-// one block of blockDim.x threads: the mean and variance of the row xr of d, in two passes
-// (every thread of the block calls it)
-__device__ void row_stats(const T* xr, long long d, T* buf, T* mean, T* var) {
-    T acc = 0;
-    for (long long i = threadIdx.x; i < d; i += blockDim.x) acc += xr[i];
-    T mu = block_sum(acc, buf) / (T)d;
-    acc = 0;
-    for (long long i = threadIdx.x; i < d; i += blockDim.x) {
-        T c = xr[i] - mu;
-        acc += c * c;
-    }
-    *mean = mu;
-    *var = block_sum(acc, buf) / (T)d;
-}
-
-// block (32, 32): the sum of v over threadIdx.y, for each threadIdx.x (one column each)
-__device__ T column_sum(T v, T* buf) {
-    int at = threadIdx.y * 33 + threadIdx.x;
-    buf[at] = v;
-    __syncthreads();
-    for (int k = 16; k > 0; k >>= 1) {
-        if (threadIdx.y < k) buf[at] += buf[at + k * 33];
-        __syncthreads();
-    }
-    T out = buf[threadIdx.x];
-    __syncthreads();
-    return out;
-}
-
-// block (32, 32): the mean and variance of column j of x (n, d) contiguous, in two passes
-// (every thread of the block calls it; ok: j < d)
-__device__ void column_stats(const T* x, long long n, long long d, long long j, bool ok,
-                             T* buf, T* mean, T* var) {
-    T acc = 0;
-    if (ok) for (long long i = threadIdx.y; i < n; i += 32) acc += x[i * d + j];
-    T mu = column_sum(acc, buf) / (T)n;
-    acc = 0;
-    if (ok) for (long long i = threadIdx.y; i < n; i += 32) {
-        T c = x[i * d + j] - mu;
-        acc += c * c;
-    }
-    *mean = mu;
-    *var = column_sum(acc, buf) / (T)n;
-}
-"""
+from .sums import SUM_SOURCE
 
 SOURCE = HELPERS + r"""
 // x (rows, d) contiguous, one block per row: y = (x - mean) / sqrt(var + eps), s = 1 / sqrt(..)
@@ -165,6 +104,36 @@ extern "C" __global__ void norm_grad_cols(const T* g, const T* y, const T* s, T*
             dx[i * d + j] = sj * (g[i * d + j] - mg - y[i * d + j] * mgy);
     }
 }
+""" + PART_HELPERS + r"""
+// many rows of few columns, in parts: after sum_cols_part, each part's sum of (x - mean)^2
+extern "C" __global__ void sq_cols_part(const T* x, const T* sums, T* sq, long long n,
+                                        long long d, long long rows, long long parts) {
+    __shared__ T buf[32 * 33];
+    sq_part(x, sums, sq, n, d, rows, parts, buf);
+}
+
+// then norm_cols' y, s, mean and var from the parts' sums
+extern "C" __global__ void norm_cols_parts(const T* x, const T* sums, const T* sq, T* y, T* s,
+                                           T* mean, T* var, long long n, long long d,
+                                           long long rows, long long parts, T eps) {
+    __shared__ T buf[32 * 33];
+    cols_apply(x, nullptr, nullptr, sums, sq, nullptr, y, s, mean, var, n, d, rows, parts,
+               eps, buf);
+}
+
+// norm_grad_cols in parts: each part's sums of g and g y, then dx from them
+extern "C" __global__ void norm_grad_part(const T* g, const T* y, T* part, long long n,
+                                          long long d, long long rows, long long parts) {
+    __shared__ T buf[32 * 33];
+    grad_part(g, y, nullptr, part, n, d, rows, parts, buf);
+}
+
+extern "C" __global__ void norm_grad_cols_parts(const T* g, const T* y, const T* s,
+                                                const T* part, T* dx, long long n, long long d,
+                                                long long rows, long long parts) {
+    __shared__ T buf[32 * 33];
+    grad_cols_apply(g, y, nullptr, s, part, dx, nullptr, nullptr, n, d, rows, parts, buf);
+}
 """
 
 
@@ -172,25 +141,29 @@ def _kernel(gpu: Any, dtype: str, entry: str) -> Any:
     return gpu.raw_kernel(entry, SOURCE, entry, dtype)
 
 
-def _layout(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[str, int, int] | None:
-    """("rows", rows, d) when `axes` are the trailing ones, ("cols", n, d) when they are the
-    leading ones (not all), None otherwise or when there is nothing to reduce."""
-    k, nd = len(axes), len(shape)
-    size = math.prod(shape)
-    if not k or size == 0:
-        return None
-    if tuple(sorted(axes)) == tuple(range(nd - k, nd)):
-        d = math.prod(shape[nd - k:])
-        return "rows", size // d, d
-    if tuple(sorted(axes)) == tuple(range(k)):
-        n = math.prod(shape[:k])
-        return "cols", n, size // n
-    return None
+def stats_in_parts(gpu: Any, dtype: str, x: Any, n: int, d: int, rows: int) -> tuple:
+    """The first two of the three passes over x (n, d) contiguous in parts of `rows` rows:
+    each part's column sums of x (SUM's sum_cols_part), then of (x - mean)^2. Returns the
+    grid (column blocks, parts), the arguments (sums, sq, n, d, rows, parts) of the third
+    pass (norm_cols_parts, bn_cols_parts), and their (2, parts, d) array."""
+    parts = -(-n // rows)
+    grid = ((d + 31) // 32, parts)
+    both = gpu.cupy.empty((2, parts, d), dtype=x.dtype)
+    sums, sq = both[0], both[1]
+    n, d, rows, parts = (np.int64(k) for k in (n, d, rows, parts))
+    gpu.raw_kernel("sum_cols_part", SUM_SOURCE, "sum_cols_part", dtype)(
+        grid, (32, 32), (x, sums, n, d, rows))
+    _kernel(gpu, dtype, "sq_cols_part")(grid, (32, 32), (x, sums, sq, n, d, rows, parts))
+    return grid, (sums, sq, n, d, rows, parts), both
 
 
-def _threads(d: int) -> int:
-    """A power of 2 from 32 to 256, enough for a row of d."""
-    return min(256, max(32, 1 << (d - 1).bit_length()))
+def grad_parts(gpu: Any, dtype: str, n: int, d: int, rows: int) -> tuple:
+    """The grid (column blocks, parts) of the adjoint's kernels in parts of `rows` rows, the
+    (n, d, rows, parts) they take, and their (4, parts, d) sums (norm_grad_part's or
+    bn_grad_part's)."""
+    parts = -(-n // rows)
+    part = gpu.cupy.empty((4, parts, d), dtype=np.dtype(dtype))
+    return ((d + 31) // 32, parts), tuple(np.int64(k) for k in (n, d, rows, parts)), part
 
 
 def normalize_cuda(x: Any, axes: tuple[int, ...], eps: float) -> tuple[Any, Any, Any, Any]:
@@ -222,9 +195,13 @@ def normalize_cuda(x: Any, axes: tuple[int, ...], eps: float) -> tuple[Any, Any,
         if how == "rows":
             _kernel(gpu, dtype, "norm_rows")((n,), (_threads(d),),
                                              (x, y, s, mean, var, np.int64(d), e))
-        else:
+        elif (rows := stat_rows(n, d)) is None:
             _kernel(gpu, dtype, "norm_cols")(((d + 31) // 32,), (32, 32),
                                              (x, y, s, mean, var, np.int64(n), np.int64(d), e))
+        else:
+            grid, (sums, sq, *sizes), _ = stats_in_parts(gpu, dtype, x, n, d, rows)
+            _kernel(gpu, dtype, "norm_cols_parts")(grid, (32, 32),
+                                                   (x, sums, sq, y, s, mean, var, *sizes, e))
     return y, s, mean, var
 
 
@@ -249,9 +226,14 @@ def normalize_grad_cuda(g: Any, y: Any, s: Any, axes: tuple[int, ...]) -> Any:
         dx = cp.empty_like(y)
         if how == "rows":
             _kernel(gpu, dtype, "norm_grad_rows")((n,), (_threads(d),), (g, y, s, dx, np.int64(d)))
-        else:
+        elif (rows := stat_rows(n, d)) is None:
             _kernel(gpu, dtype, "norm_grad_cols")(((d + 31) // 32,), (32, 32),
                                                   (g, y, s, dx, np.int64(n), np.int64(d)))
+        else:
+            grid, sizes, part = grad_parts(gpu, dtype, n, d, rows)
+            _kernel(gpu, dtype, "norm_grad_part")(grid, (32, 32), (g, y, part, *sizes))
+            _kernel(gpu, dtype, "norm_grad_cols_parts")(grid, (32, 32),
+                                                        (g, y, s, part, dx, *sizes))
     return dx
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from . import device_of
 from .dtype_names import dtype_name
-from .normalize import _TYPES, HELPERS, _threads
+from .reductions import _TYPES, HELPERS, _threads
 
 #: the course's causal mask value, -np.finfo(np.float32).max (needle/ops/softmax.py's NEG_MAX)
 NEG_MAX = -3.4028234663852886e38

@@ -18,7 +18,15 @@ import numpy as np
 
 from . import device_of, namespace
 from .dtype_names import dtype_name
-from .normalize import _TYPES, HELPERS, _layout, _threads
+from .reductions import (
+    _MAX_TERMS_PER_BLOCK,
+    _PART_ROWS,
+    _TYPES,
+    HELPERS,
+    _layout,
+    _threads,
+    column_parts,
+)
 from .rows import as_rows, channels
 
 SUM_SOURCE = HELPERS + r"""
@@ -52,24 +60,6 @@ extern "C" __global__ void sum_cols(const T* x, T* out, long long n, long long d
     if (j < d && threadIdx.y == 0) out[j] = total;
 }
 """
-
-#: a block sums at most this many terms where there are few blocks (else cupy's reduction,
-#: which splits long sums over many blocks, is faster)
-_MAX_TERMS_PER_BLOCK = 1 << 15
-#: where there are few blocks, a long sum over columns is summed in parts of this many rows
-#: (one block each), then the parts (a convolution's bias adjoint: N * H * W rows)
-_PART_ROWS = 1024
-
-
-def column_parts(n: int, d: int) -> int | None:
-    """How sum_cuda sums the n rows of (n, d) over axis 0: 1 (sum_cols, one kernel), the
-    number of parts of _PART_ROWS rows (sum_cols_part, then sum_cols over the parts) where
-    there are few columns and many rows, or None (too many parts: cupy's reduction)."""
-    if (d + 31) // 32 < 64 and 32 * n > _MAX_TERMS_PER_BLOCK:
-        chunks = (n + _PART_ROWS - 1) // _PART_ROWS
-        return None if 32 * chunks > _MAX_TERMS_PER_BLOCK else chunks
-    return 1
-
 
 def sum_cuda(a: Any, axes: tuple[int, ...] | None, keepdims: bool = False) -> Any:
     """The sum of `a` over the non-negative `axes` (None: all) in one kernel."""

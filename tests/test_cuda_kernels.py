@@ -218,14 +218,54 @@ def test_cuda_layout_of_a_convolutions_output_is_kept_by_relu_and_batch_norm(gpu
         np.testing.assert_array_equal(cupy.asnumpy(got), cupy.asnumpy(want))
 
 
+@pytest.mark.parametrize("shape, channels_last", [((5, 40, 41, 3), True), ((9000, 5), False),
+                                                   ((2, 16, 70, 70), False)])
+def test_batch_norm_in_parts_gives_the_references_bits(gpu, shape, channels_last):
+    """Many rows of few channels (more than 8,192: the statistics summed in parts of 1,024
+    rows, a block each): BatchNorm's kernels give the reference's numbers to the bit, the
+    reference being NORMALIZE's kernels in parts and SUM's (out, s, mean, var; dx, dw, db),
+    for a convolution's channels-last NCHW output, (N, C) and a C-ordered NCHW input."""
+    from needle.backends.reductions import stat_rows
+    from needle.ops.affine_norm import (
+        BATCH_NORM,
+        BATCH_NORM_GRAD,
+        batch_norm_grad_portable,
+        batch_norm_portable,
+    )
+
+    cupy = gpu.cupy
+    rng = np.random.default_rng(4)
+    x, g = (cupy.asarray(rng.standard_normal(shape) * 3 + 1, dtype=cupy.float32)
+            for _ in range(2))
+    if channels_last:
+        x, g = x.transpose(0, 3, 1, 2), g.transpose(0, 3, 1, 2)
+    c = x.shape[1]
+    assert stat_rows(x.size // c, c) is not None  # (the case in parts)
+    w, b = (cupy.asarray(rng.standard_normal(c), dtype=cupy.float32) for _ in range(2))
+    out, y, s, mean, var = BATCH_NORM(x, w, b, 1e-5)
+    want = batch_norm_portable(x, w, b, 1e-5)
+    got = (out, s, mean, var) + BATCH_NORM_GRAD(g, x, w, y, s, mean)
+    want = (want[0], *want[2:]) + batch_norm_grad_portable(g, x, w, want[1], s, mean)
+    for i, (a, e) in enumerate(zip(got, want, strict=True)):
+        np.testing.assert_array_equal(cupy.asnumpy(a), cupy.asnumpy(e), err_msg=str(i))
+    host = cupy.asnumpy(x).astype(np.float64)  # and near float64's statistics
+    axes = (0,) if x.ndim == 2 else (0, 2, 3)
+    np.testing.assert_allclose(cupy.asnumpy(mean).reshape(-1), host.mean(axis=axes), rtol=1e-5,
+                               atol=1e-5)
+    np.testing.assert_allclose(cupy.asnumpy(var).reshape(-1), host.var(axis=axes), rtol=1e-5)
+
+
 #: needle's raw CUDA kernels: module of needle.backends -> (its source's name, its entries)
 RAW_KERNELS = {
-    "affine_norm": ("BN_SOURCE", ("bn_cols", "bn_grad_cols")),
+    "affine_norm": ("BN_SOURCE", ("bn_cols", "bn_grad_cols", "bn_cols_parts", "bn_grad_part",
+                                  "bn_grad_cols_parts")),
     "layer_norm": ("SOURCE", ("ln_rows", "ln_grad_rows", "ln_sums", "sum_cols2")),
     "cross_entropy": ("XENT_SOURCE", ("xent_rows",)),
     "index_add": ("SEGMENT_SOURCE", ("segment_sum",)),
     "index_check": ("SOURCE", ("checked_indices",)),
-    "normalize": ("SOURCE", ("norm_rows", "norm_cols", "norm_grad_rows", "norm_grad_cols")),
+    "normalize": ("SOURCE", ("norm_rows", "norm_cols", "norm_grad_rows", "norm_grad_cols",
+                             "sq_cols_part", "norm_cols_parts", "norm_grad_part",
+                             "norm_grad_cols_parts")),
     "softmax": ("SOURCE", ("softmax_rows", "softmax_grad_rows")),
     "sums": ("SUM_SOURCE", ("sum_rows", "sum_cols_part", "sum_cols")),
 }
@@ -294,71 +334,172 @@ def test_dtype_name_is_numpys_read_once_per_dtype():
     assert np.dtype("float32") in dtype_names._NAMES
 
 
-def _bn_cols(x, w, b, out, y, s, mean, var, n, d, eps):
-    """numpy's bn_cols (one float rounding per operation, in the reference's order)."""
+def _stats(x, n, d):
     x = x.reshape(int(n), int(d))
     mu = x.mean(axis=0)
-    v = ((x - mu) ** 2).mean(axis=0)
+    return x, mu, ((x - mu) ** 2).mean(axis=0)
+
+
+def _normalized(x, mu, v, eps, w, b, y, out, s, mean, var, rows=slice(None)):
+    """Write y (and out = y w + b where w is given) for `rows` of x, and s, mean and var."""
     sd = np.sqrt(v + eps)
-    y.reshape(x.shape)[...] = (x - mu) / sd
-    out.reshape(x.shape)[...] = y.reshape(x.shape) * w + b
+    y.reshape(x.shape)[rows] = (x[rows] - mu) / sd
+    if w is not None:
+        out.reshape(x.shape)[rows] = y.reshape(x.shape)[rows] * w + b
     s.reshape(-1)[...], mean.reshape(-1)[...], var.reshape(-1)[...] = 1 / sd, mu, v
 
 
-def _bn_grad_cols(g, y, w, s, dx, dw, db, n, d):
-    """numpy's bn_grad_cols."""
-    g, y = g.reshape(int(n), int(d)), y.reshape(int(n), int(d))
-    gw = g * w
-    dx.reshape(g.shape)[...] = s * (gw - gw.mean(axis=0) - y * (gw * y).mean(axis=0))
-    dw[...], db[...] = (g * y).sum(axis=0), g.sum(axis=0)
+def _adjoint(g, y, w, s, mg, mgy, dx, rows=slice(None)):
+    gw = g[rows] if w is None else g[rows] * w
+    dx.reshape(g.shape)[rows] = s.reshape(-1) * (gw - mg - y[rows] * mgy)
 
 
-def test_batch_norm_kernels_get_their_arguments_in_the_kernels_order(monkeypatch):
-    """(no GPU: numpy standing in for cupy, and numpy versions of the two kernels that take
-    their arguments by the names of the CUDA signatures in BN_SOURCE) the Python around
-    the fused BatchNorm kernels: rows of (N, C) and of NCHW inputs (C-ordered, and a
-    convolution's channels-last output), arguments in the kernels' order, results shaped
-    and laid out as the reference's, to float rounding. The kernels themselves run in
-    test_kernels.py where cupy sees a GPU."""
+def _parts(grid, n, d, rows, parts=None):
+    """Each part's rows (slices), checking the grid: (column blocks, parts)."""
+    n, d, rows = int(n), int(d), int(rows)
+    count = -(-n // rows)
+    assert grid == ((d + 31) // 32, count) and parts in (None, count)
+    return [slice(c * rows, (c + 1) * rows) for c in range(count)]
+
+
+def _column_emulations():
+    """numpy versions of the column statistics' kernels (normalize.py's, affine_norm.py's and
+    SUM's sum_cols_part), taking the grid and the CUDA signatures' arguments by name; the
+    ones in parts write each part's rows (or sums) separately."""
+    def norm_cols(grid, x, y, s, mean, var, n, d, eps, w=None, b=None, out=None):
+        assert grid == ((int(d) + 31) // 32,)
+        x, mu, v = _stats(x, n, d)
+        _normalized(x, mu, v, eps, w, b, y, out, s, mean, var)
+
+    def grad_cols(grid, g, y, s, dx, n, d, w=None, dw=None, db=None):
+        assert grid == ((int(d) + 31) // 32,)
+        g, y = g.reshape(int(n), int(d)), y.reshape(int(n), int(d))
+        gw = g if w is None else g * w
+        _adjoint(g, y, w, s, gw.mean(axis=0), (gw * y).mean(axis=0), dx)
+        if w is not None:
+            dw[...], db[...] = (g * y).sum(axis=0), g.sum(axis=0)
+
+    def sum_cols_part(grid, x, out, n, d, rows):
+        x = x.reshape(int(n), int(d))
+        for c, part in enumerate(_parts(grid, n, d, rows)):
+            out[c] = x[part].sum(axis=0)
+
+    def sq_cols_part(grid, x, sums, sq, n, d, rows, parts):
+        x = x.reshape(int(n), int(d))
+        mu = sums.sum(axis=0) / int(n)
+        for c, part in enumerate(_parts(grid, n, d, rows, parts)):
+            sq[c] = ((x[part] - mu) ** 2).sum(axis=0)
+
+    def cols_parts(grid, x, sums, sq, y, s, mean, var, n, d, rows, parts, eps, w=None, b=None,
+                   out=None):
+        x = x.reshape(int(n), int(d))
+        mu, v = sums.sum(axis=0) / int(n), sq.sum(axis=0) / int(n)
+        for part in _parts(grid, n, d, rows, parts):
+            _normalized(x, mu, v, eps, w, b, y, out, s, mean, var, part)
+
+    def grad_part(grid, g, y, part, n, d, rows, parts, w=None):
+        g, y = g.reshape(int(n), int(d)), y.reshape(int(n), int(d))
+        gw = g if w is None else g * w
+        for c, rows_c in enumerate(_parts(grid, n, d, rows, parts)):
+            for k, terms in enumerate((gw, gw * y, g * y, g)):
+                part[k, c] = terms[rows_c].sum(axis=0)
+
+    def grad_cols_parts(grid, g, y, s, part, dx, n, d, rows, parts, w=None, dw=None, db=None):
+        g, y = g.reshape(int(n), int(d)), y.reshape(int(n), int(d))
+        mg, mgy, sum_gy, sum_g = part.sum(axis=1)
+        for rows_c in _parts(grid, n, d, rows, parts):
+            _adjoint(g, y, w, s, mg / int(n), mgy / int(n), dx, rows_c)
+        if w is not None:
+            dw[...], db[...] = sum_gy, sum_g
+
+    return {"norm_cols": norm_cols, "bn_cols": norm_cols, "norm_grad_cols": grad_cols,
+            "bn_grad_cols": grad_cols, "sum_cols_part": sum_cols_part,
+            "sq_cols_part": sq_cols_part, "norm_cols_parts": cols_parts,
+            "bn_cols_parts": cols_parts, "norm_grad_part": grad_part, "bn_grad_part": grad_part,
+            "norm_grad_cols_parts": grad_cols_parts, "bn_grad_cols_parts": grad_cols_parts}
+
+
+def _fake_gpu(emulations, launched):
+    """A stand-in for the cuda device: numpy in cupy's place, each raw kernel its numpy
+    emulation, called with the grid and the CUDA signature's arguments by name."""
     import contextlib
     from types import SimpleNamespace as NS
 
-    from needle.backends import affine_norm
-    from needle.ops.affine_norm import batch_norm_grad_portable, batch_norm_portable
-
-    emulations = {"bn_cols": _bn_cols, "bn_grad_cols": _bn_grad_cols}
-
     def raw_kernel(name, source, entry, dtype):
-        assert source is affine_norm.BN_SOURCE and name == entry and dtype in ("float32",
-                                                                              "float64")
+        assert dtype in ("float32", "float64")
         names = _kernel_arguments(source, entry)
 
         def launch(grid, block, args):
-            assert block == (32, 32) and len(args) == len(names)
-            kw = dict(zip(names, args))
-            assert grid == ((int(kw["d"]) + 31) // 32,)
-            assert all(kw[k].flags.c_contiguous for k in names if isinstance(kw[k], np.ndarray))
-            emulations[entry](**kw)
+            assert block == (32, 32) and len(args) == len(names), entry
+            assert all(a.flags.c_contiguous for a in args if isinstance(a, np.ndarray))
+            launched.append(entry)
+            emulations[entry](grid, **dict(zip(names, args)))
         return launch
 
-    fake = NS(cupy=NS(ascontiguousarray=np.ascontiguousarray, empty=np.empty),
+    return NS(cupy=NS(ascontiguousarray=np.ascontiguousarray, empty=np.empty,
+                      empty_like=np.empty_like),
               native=contextlib.nullcontext(), raw_kernel=raw_kernel)
+
+
+def test_statistics_in_parts_split_many_rows_of_few_columns():
+    """(no GPU) which column statistics are summed in parts, and in how many rows each."""
+    from needle.backends.reductions import _MIN_STAT_PARTS, _PART_ROWS, stat_rows
+
+    assert stat_rows(_MIN_STAT_PARTS * _PART_ROWS, 16) is None  # ResNet9's at batch 128
+    assert stat_rows(_MIN_STAT_PARTS * _PART_ROWS + 1, 16) == _PART_ROWS
+    assert stat_rows(1024 * 64, 16) == _PART_ROWS  # ResNet9's first at batch 1024: 64 parts
+    assert stat_rows(10**6, 64 * 32) is None  # 64 blocks of columns: enough blocks
+    rows = stat_rows(3 * 10**6, 16)  # more parts than SUM makes: 1,024 at most
+    assert rows > _PART_ROWS and -(-3 * 10**6 // rows) <= 1024
+
+
+def test_batch_norm_kernels_get_their_arguments_in_the_kernels_order(monkeypatch):
+    """(no GPU: numpy standing in for cupy, and numpy versions of the kernels that take their
+    arguments by the names of the CUDA signatures) the Python around the fused BatchNorm
+    kernels and the normalisation's column kernels: rows of (N, C) and of NCHW inputs
+    (C-ordered, and a convolution's channels-last output), many rows of few columns in
+    parts (three launches forward, two backward), arguments in the kernels' order, results
+    shaped and laid out as the reference's, to float rounding. The kernels themselves run in
+    test_kernels.py, and to the bit below, where cupy sees a GPU."""
+    from needle.backends import affine_norm, normalize
+    from needle.ops.affine_norm import batch_norm_grad_portable, batch_norm_portable
+    from needle.ops.norm import normalize_grad_portable, normalize_portable
+
+    launched = []
+    fake = _fake_gpu(_column_emulations(), launched)
     monkeypatch.setattr(affine_norm, "device_of", lambda a: fake)
+    monkeypatch.setattr(normalize, "device_of", lambda a: fake)
     rng = np.random.default_rng(0)
     nhwc = rng.standard_normal((4, 5, 6, 3)).astype(np.float32)
-    for x in (rng.standard_normal((6, 5)), rng.standard_normal((4, 3, 5, 6)).astype(np.float32),
-              nhwc.transpose(0, 3, 1, 2)):
+    tall = rng.standard_normal((5, 40, 41, 3)).astype(np.float32)  # 8,200 rows: 9 parts
+    for x, parts in ((rng.standard_normal((6, 5)), False),
+                     (rng.standard_normal((4, 3, 5, 6)).astype(np.float32), False),
+                     (nhwc.transpose(0, 3, 1, 2), False), (tall.transpose(0, 3, 1, 2), True),
+                     (rng.standard_normal((9000, 5)) * 3 + 1, True)):
         c = x.shape[1]
         w, b = (rng.standard_normal(c).astype(x.dtype) for _ in range(2))
+        launched.clear()
         got, want = affine_norm.batch_norm_cuda(x, w, b, 1e-5), batch_norm_portable(x, w, b, 1e-5)
+        assert launched == (["sum_cols_part", "sq_cols_part", "bn_cols_parts"] if parts
+                            else ["bn_cols"])
         g = rng.standard_normal(x.shape).astype(x.dtype)
         y, s, mean = want[1:4]
+        launched.clear()
         got += affine_norm.batch_norm_grad_cuda(g, x, w, y, s, mean)
+        assert launched == (["bn_grad_part", "bn_grad_cols_parts"] if parts else ["bn_grad_cols"])
         want += batch_norm_grad_portable(g, x, w, y, s, mean)
-        for i, (a, e) in enumerate(zip(got, want)):
+        axes = (0,) if x.ndim == 2 else (0, 2, 3)
+        launched.clear()
+        got += normalize.normalize_cuda(x, axes, 1e-5)
+        got += (normalize.normalize_grad_cuda(g, y, s, axes),)
+        assert launched == (["sum_cols_part", "sq_cols_part", "norm_cols_parts",
+                             "norm_grad_part", "norm_grad_cols_parts"] if parts
+                            else ["norm_cols", "norm_grad_cols"])
+        want += normalize_portable(x, axes, 1e-5) + (normalize_grad_portable(g, y, s, axes),)
+        for i, (a, e) in enumerate(zip(got, want, strict=True)):
             assert a.shape == e.shape and a.dtype == e.dtype, (x.shape, i)
             np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-5, err_msg=f"{x.shape} {i}")
-        if x.ndim == 4 and x.strides == nhwc.transpose(0, 3, 1, 2).strides:
+        if x.ndim == 4 and x.strides[1] == x.itemsize:  # channels-last in memory: kept so
             assert got[0].strides == got[1].strides == got[5].strides == x.strides
     assert affine_norm.batch_norm_grad_cuda(g, x, w, None, s, mean) is NotImplemented
 
