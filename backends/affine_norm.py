@@ -143,7 +143,7 @@ def batch_norm_cuda(x: Any, w: Any, b: Any, eps: float) -> Any:
     cp, dtype = gpu.cupy, dtype_name(x.dtype)
     n = x.size // c
     keep = (1, c) + (1,) * (x.ndim - 2)
-    with gpu.native:
+    with gpu.current:
         rows = cp.ascontiguousarray(_rows(xp, x))
         out, y = (cp.empty(rows.shape, dtype=rows.dtype) for _ in range(2))
         s, mean, var = (cp.empty(keep, dtype=x.dtype) for _ in range(3))
@@ -170,7 +170,7 @@ def batch_norm_grad_cuda(g: Any, x: Any, w: Any, y: Any, s: Any, mean: Any) -> A
     xp, gpu = namespace(g), device_of(g)
     cp, dtype = gpu.cupy, dtype_name(g.dtype)
     n = g.size // c
-    with gpu.native:
+    with gpu.current:
         rows_g = cp.ascontiguousarray(_rows(xp, g))
         rows_y = cp.ascontiguousarray(_rows(xp, y))
         dx = cp.empty(rows_y.shape, dtype=rows_y.dtype)

@@ -106,7 +106,7 @@ def softmax_xent_cuda(logits: Any, labels: Any) -> tuple[Any, Any, Any]:
         return NotImplemented  # the reference's call
     gpu = device_of(logits)
     cp = gpu.cupy
-    with gpu.native:
+    with gpu.current:
         z = cp.ascontiguousarray(logits)
         labels = cp.ascontiguousarray(labels.astype(cp.int64, copy=False))
         e = cp.empty_like(z)
@@ -127,7 +127,7 @@ def softmax_xent_grad_cuda(e: Any, sums: Any, labels: Any, g: Any,
         return NotImplemented  # the reference's call
     gpu = device_of(e)
     cp = gpu.cupy
-    with gpu.native:
+    with gpu.current:
         scale = g * (1.0 / n)
         kernel = gpu.elementwise_kernel("xent_grad", "X e, X sums, int64 label, X scale, int64 k",
                                         "X res", XENT_GRAD_CUDA, exact=True)

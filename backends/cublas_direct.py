@@ -241,7 +241,7 @@ class Cublas:
         if known is not None:
             out_shape, calls, copy_b, copy_a = known
             cp = self.device.cupy
-            with self.device.native:
+            with self.device.current:
                 out = cp.empty(out_shape, dtype=a.dtype)
                 first = b if copy_b is None else _copied(cp, b, copy_b)
                 second = a if copy_a is None else _copied(cp, a, copy_a)

@@ -22,7 +22,7 @@ def dropout_cuda(x: Any, draws: Any, keep: float) -> Any:
     if dtype_name(x.dtype) not in ("float32", "float64"):
         return NotImplemented
     gpu = device_of(x)
-    with gpu.native:
+    with gpu.current:
         kernel = gpu.elementwise_kernel("dropout", "X x, U u, U keep_u, X keep_x", "X y",
                                         DROPOUT_CUDA, exact=True)
         return kernel(x, draws, draws.dtype.type(keep), x.dtype.type(keep))

@@ -57,14 +57,14 @@ def im2col_cuda(a: Any, kernel: tuple[int, int], stride: int, padding: int) -> A
     gpu = device_of(a)
     cp = gpu.cupy
     if dtype_name(a.dtype) not in ("float32", "float64"):
-        with gpu.native:
+        with gpu.current:
             return strided_im2col(cp.zeros, cp.lib.stride_tricks.as_strided, a, kernel,
                                   stride, padding)
     n, h, w, c = a.shape
     (kh, kw), s, p = kernel, stride, padding
     ho, wo = (h + 2 * p - kh) // s + 1, (w + 2 * p - kw) // s + 1
     i64 = np.int64
-    with gpu.native:
+    with gpu.current:
         src = cp.ascontiguousarray(a)
         out = cp.empty((n, ho, wo, kh * kw * c), dtype=a.dtype)
         k = gpu.elementwise_kernel(
@@ -102,7 +102,7 @@ def col2im_cuda(taps: Any, shape: tuple, kernel: tuple[int, int], stride: int,
     cp = gpu.cupy
     n, h, w, c = shape
     i64 = np.int64
-    with gpu.native:
+    with gpu.current:
         taps = cp.ascontiguousarray(taps)
         out = cp.empty((n, h, w, c), dtype=taps.dtype)
         k = gpu.elementwise_kernel(

@@ -67,7 +67,7 @@ def index_add_cuda(indices: Any, values: Any, n: int) -> Any:
     cp = gpu.cupy
     m = indices.shape[0]
     dtype = dtype_name(values.dtype)
-    with gpu.native:
+    with gpu.current:
         if dtype not in _TYPES or not m:
             return scatter_add_rows(cp.zeros, cp.add.at, indices, values, n)
         rest = tuple(values.shape[1:])

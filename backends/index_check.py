@@ -34,7 +34,7 @@ def checked_indices_cuda(array: Any, n: int) -> Any:
         return NotImplemented
     gpu = device_of(array)
     cp = gpu.cupy
-    with gpu.native:
+    with gpu.current:
         x = cp.ascontiguousarray(array)
         out = cp.empty(x.shape, dtype=x.dtype)
         bad = cp.zeros((), dtype=cp.bool_)

@@ -120,7 +120,7 @@ def layer_norm_cuda(x: Any, w: Any, b: Any, eps: float) -> Any:
     gpu, dtype, d = device_of(x), dtype_name(x.dtype), x.shape[-1]
     cp = gpu.cupy
     keep = tuple(x.shape[:-1]) + (1,)
-    with gpu.native:
+    with gpu.current:
         x = cp.ascontiguousarray(x)
         out, y = cp.empty(x.shape, dtype=x.dtype), cp.empty(x.shape, dtype=x.dtype)
         s, mean = cp.empty(keep, dtype=x.dtype), cp.empty(keep, dtype=x.dtype)
@@ -143,7 +143,7 @@ def layer_norm_grad_cuda(g: Any, x: Any, w: Any, y: Any, s: Any, mean: Any) -> A
         return NotImplemented  # (the reference's sums are cupy's there)
     gpu, dtype = device_of(g), dtype_name(g.dtype)
     cp, i64 = gpu.cupy, np.int64
-    with gpu.native:
+    with gpu.current:
         g, y, w = cp.ascontiguousarray(g), cp.ascontiguousarray(y), cp.ascontiguousarray(w)
         dx = cp.empty(g.shape, dtype=g.dtype)
         gpu.raw_kernel("ln_grad_rows", SOURCE, "ln_grad_rows", dtype)(

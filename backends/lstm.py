@@ -83,7 +83,7 @@ def lstm_state_cuda(z: Any, c: Any) -> Any:
     gpu = device_of(z)
     cp = gpu.cupy
     hidden = np.int64(z.shape[1] // 4)
-    with gpu.native:
+    with gpu.current:
         z = cp.ascontiguousarray(z)
         if c is None:
             out = cp.empty((z.shape[0], z.shape[1] // 4), dtype=z.dtype)
@@ -96,7 +96,7 @@ def lstm_output_cuda(z: Any, c: Any) -> Any:
     if not _fits(z, c):
         return NotImplemented
     gpu = device_of(z)
-    with gpu.native:
+    with gpu.current:
         return _kernel(gpu, "lstm_output")(gpu.cupy.ascontiguousarray(z), c,
                                            np.int64(z.shape[1] // 4))
 
@@ -105,7 +105,7 @@ def _packed(name: str, z: Any, *args: Any) -> Any:
     """The (B, 5H) packed [dz | dc] that kernel `name` writes from z and `args`."""
     gpu = device_of(z)
     cp = gpu.cupy
-    with gpu.native:
+    with gpu.current:
         z = cp.ascontiguousarray(z)
         out = cp.empty((z.shape[0], z.shape[1] // 4 * 5), dtype=z.dtype)
         _kernel(gpu, name)(z, *args, out)

@@ -67,6 +67,6 @@ def matmul_cuda(a: Any, b: Any) -> Any:
         if blas is not None:
             return blas.matmul(a, b)
     if a.ndim == 2 and b.ndim == 2:
-        with gpu.native:
+        with gpu.current:
             return gpu.cupy.dot(a, b)
     return NotImplemented

@@ -187,7 +187,7 @@ def normalize_cuda(x: Any, axes: tuple[int, ...], eps: float) -> tuple[Any, Any,
     cp = gpu.cupy
     how, n, d = layout
     keep = tuple(1 if i in axes else size for i, size in enumerate(x.shape))
-    with gpu.native:
+    with gpu.current:
         x = cp.ascontiguousarray(x)
         y = cp.empty_like(x)
         s, mean, var = (cp.empty(keep, dtype=x.dtype) for _ in range(3))
@@ -221,7 +221,7 @@ def normalize_grad_cuda(g: Any, y: Any, s: Any, axes: tuple[int, ...]) -> Any:
     gpu = device_of(g)
     cp = gpu.cupy
     how, n, d = layout
-    with gpu.native:
+    with gpu.current:
         g, y, s = (cp.ascontiguousarray(a) for a in (g, y, s))
         dx = cp.empty_like(y)
         if how == "rows":
@@ -246,7 +246,7 @@ def moving_average_cuda(old: Any, batch: Any, m: float) -> Any:
     if batch.dtype != old.dtype or batch.size != old.size or dtype_name(old.dtype) not in _TYPES:
         return NotImplemented  # the reference's call
     gpu = device_of(old)
-    with gpu.native:
+    with gpu.current:
         kernel = gpu.elementwise_kernel("moving_average", "T old, T batch, T omm, T mm", "T res",
                                         MOVING_AVERAGE_CUDA, exact=True)
         t = old.dtype.type
@@ -266,7 +266,7 @@ def moving_averages_cuda(old_mean: Any, old_var: Any, batch_mean: Any, batch_var
             or dtype_name(old_mean.dtype) not in _TYPES or old_var.shape != old_mean.shape):
         return NotImplemented  # the reference's calls
     gpu = device_of(old_mean)
-    with gpu.native:
+    with gpu.current:
         kernel = gpu.elementwise_kernel(
             "moving_averages", "T om, T bm, T ov, T bv, T omm, T mm", "T rm, T rv",
             MOVING_AVERAGES_CUDA, exact=True)

@@ -159,7 +159,7 @@ def adam_cuda(param: Any, grad: Any, m: Any, v: Any, *, lr_t: float, beta1: floa
     """Adam's update of `param`, `m` and `v` in place, in one kernel; returns them."""
     gpu = device_of(param)
     cp = gpu.cupy
-    with gpu.native:
+    with gpu.current:
         param, grad = _contiguous(cp, param), _contiguous(cp, grad)
         m = cp.zeros_like(param) if m is None else _contiguous(cp, m)
         v = cp.zeros_like(param) if v is None else _contiguous(cp, v)
@@ -174,7 +174,7 @@ def sgd_cuda(param: Any, grad: Any, u: Any, *, lr: float, momentum: float,
     """SGD's update of `param` (and momentum `u`) in place, in one kernel; returns them."""
     gpu = device_of(param)
     cp = gpu.cupy
-    with gpu.native:
+    with gpu.current:
         param, grad = _contiguous(cp, param), _contiguous(cp, grad)
         t = param.dtype.type
         if not momentum:

@@ -21,7 +21,7 @@ def relu_grad_cuda(g: Any, a: Any) -> Any:
             or g.shape != a.shape):
         return NotImplemented
     gpu = device_of(g)
-    with gpu.native:
+    with gpu.current:
         # into an array laid out as g (a kernel's own output would be C-ordered: a
         # convolution's channels-last adjoint would then need copies further on)
         y = gpu.cupy.empty_like(g)

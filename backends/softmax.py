@@ -144,7 +144,7 @@ def softmax_cuda(a: Any, temperature: float, causal: bool) -> Any:
     cp = gpu.cupy
     d = a.shape[-1]
     t = np.dtype(dtype).type
-    with gpu.native:
+    with gpu.current:
         a = cp.ascontiguousarray(a)
         out = cp.empty_like(a)
         _kernel(gpu, dtype, "softmax_rows")(
@@ -163,7 +163,7 @@ def softmax_grad_cuda(y: Any, g: Any, temperature: float) -> Any:
     gpu = device_of(y)
     cp = gpu.cupy
     d = y.shape[-1]
-    with gpu.native:
+    with gpu.current:
         y, g = cp.ascontiguousarray(y), cp.ascontiguousarray(g)
         out = cp.empty_like(y)
         _kernel(gpu, dtype, "softmax_grad_rows")(

@@ -87,7 +87,7 @@ def sum_cuda(a: Any, axes: tuple[int, ...] | None, keepdims: bool = False) -> An
     out_shape = (tuple(1 if i in axes else s for i, s in enumerate(shape)) if keepdims
                  else tuple(s for i, s in enumerate(shape) if i not in axes))
     i64 = np.int64
-    with gpu.native:
+    with gpu.current:
         a = cp.ascontiguousarray(a)
         out = cp.empty(out_shape, dtype=a.dtype)
         kernel = gpu.raw_kernel(f"sum_{how}", SUM_SOURCE, f"sum_{how}", dtype)

@@ -18,6 +18,13 @@ import needle as ndl
 from needle.backends import cublas_direct as cb
 
 
+def _scopes() -> dict:
+    """A stand-in cuda device's `native` and `current` contexts (nothing to switch)."""
+    import contextlib
+
+    return {"native": contextlib.nullcontext(), "current": contextlib.nullcontext()}
+
+
 def _read(o: cb.Operand, count: int, rows: int, cols: int) -> np.ndarray:
     """op(stored) of every batch entry, (count, rows, cols), read as cuBLAS reads memory;
     fails where cuBLAS would refuse the leading dimension, or read past the operand's own
@@ -152,7 +159,6 @@ def test_eager_products_bind_the_handle_to_the_current_stream_once():
     """(no GPU: a fake cupy and libcublas) outside a capture the handle is bound to cupy's
     current stream and a workspace of its own, once; again after a capture bound it to its
     stream, or when the current stream changes."""
-    import contextlib
     from types import SimpleNamespace as NS
 
     calls = []
@@ -162,7 +168,7 @@ def test_eager_products_bind_the_handle_to_the_current_stream_once():
     lib = NS(cublasSetStream_v2=lambda h, s: calls.append(("stream", s)) or 0,
              cublasSetWorkspace_v2=lambda h, w, n: calls.append(("workspace", w, n)) or 0)
     blas = cb.Cublas.__new__(cb.Cublas)  # (no cublasCreate)
-    blas.device, blas.lib, blas.handle = NS(cupy=cupy, native=contextlib.nullcontext()), lib, 0
+    blas.device, blas.lib, blas.handle = NS(cupy=cupy, **_scopes()), lib, 0
     blas.bound = blas.workspace = blas.wrappers = None
     bound = [("stream", 11), ("workspace", 500, cb.WORKSPACE_BYTES)]
     assert blas.on_current_stream() is blas and calls == bound
@@ -228,7 +234,6 @@ def test_a_layout_met_before_reuses_its_call_with_the_new_pointers(calls):
     dtypes makes the same cuBLAS call with the new arrays' pointers and no plan. An operand
     read in place is read at the new array's own pointer; one the plan copied is copied
     again, into memory that holds what the plan's copy held, in the same order."""
-    import contextlib
     from types import SimpleNamespace as NS
 
     calls, copies = [], {}
@@ -247,7 +252,7 @@ def test_a_layout_met_before_reuses_its_call_with_the_new_pointers(calls):
     cupy.ascontiguousarray = lambda x: recorded(contiguous(x), x)
     cupy.reshape = lambda x, shape: recorded(reshape(x, shape), x)
     blas = cb.Cublas.__new__(cb.Cublas)  # (no cublasCreate)
-    blas.device = NS(cupy=cupy, native=contextlib.nullcontext(), capture_matmul=None)
+    blas.device = NS(cupy=cupy, **_scopes(), capture_matmul=None)
     recording = NS(cublasGemmEx=record("gemm"), cublasGemmStridedBatchedEx=record("batched"),
                    gemmEx=record("gemm"), gemmStridedBatchedEx=record("batched"))
     failing = NS(cublasGemmEx=None, cublasGemmStridedBatchedEx=None)  # (never called)
@@ -297,7 +302,6 @@ def test_eager_calls_go_through_cupys_wrappers_and_captured_ones_through_ctypes(
     with the arguments its ctypes call passes (the handle, alpha and beta as addresses); its
     kept call too. During a capture (cupy's wrappers refuse to run) the same product calls
     libcublas through ctypes, first and kept."""
-    import contextlib
     from types import SimpleNamespace as NS
 
     calls = []
@@ -313,7 +317,7 @@ def test_eager_calls_go_through_cupys_wrappers_and_captured_ones_through_ctypes(
         return value
 
     blas = cb.Cublas.__new__(cb.Cublas)  # (no cublasCreate)
-    blas.device = NS(cupy=_fake_cupy(), native=contextlib.nullcontext(), capture_matmul=None)
+    blas.device = NS(cupy=_fake_cupy(), **_scopes(), capture_matmul=None)
     blas.lib = NS(cublasGemmEx=record("ctypes", "gemm"),
                   cublasGemmStridedBatchedEx=record("ctypes", "batched"))
     blas.wrappers = NS(gemmEx=record("cupy", "gemm"),
@@ -349,7 +353,6 @@ def test_a_failing_wrapper_falls_back_to_ctypes_for_good_and_says_so():
     written without a GPU), the product is made through ctypes on a handle bound to the
     current stream and a workspace of its own, a RuntimeWarning names the error, and every
     later product goes through ctypes."""
-    import contextlib
     from types import SimpleNamespace as NS
 
     calls = []
@@ -366,7 +369,7 @@ def test_a_failing_wrapper_falls_back_to_ctypes_for_good_and_says_so():
     cupy.uint8 = "uint8"
     cupy.cuda = NS(get_current_stream=lambda: NS(ptr=11))
     blas = cb.Cublas.__new__(cb.Cublas)  # (no cublasCreate)
-    blas.device = NS(cupy=cupy, native=contextlib.nullcontext(), capture_matmul=None)
+    blas.device = NS(cupy=cupy, **_scopes(), capture_matmul=None)
     blas.lib = NS(cublasGemmEx=gemm, cublasGemmStridedBatchedEx=gemm,
                   cublasSetStream_v2=lambda h, s: calls.append(("stream", s)) or 0,
                   cublasSetWorkspace_v2=lambda h, w, n: calls.append(("workspace", n)) or 0)

@@ -13,6 +13,13 @@ import needle as ndl
 from needle.backends.splitmix import splitmix_uniform
 
 
+def _scopes() -> dict:
+    """A stand-in cuda device's `native` and `current` contexts (nothing to switch)."""
+    import contextlib
+
+    return {"native": contextlib.nullcontext(), "current": contextlib.nullcontext()}
+
+
 @pytest.fixture
 def gpu():
     dev = ndl.cuda()
@@ -96,6 +103,37 @@ def _same_as_compat(ns, compat, lib, asarray):
         ns.matrix_transpose(asarray(np.ones(3)))
     same(ns.matmul(x, b), compat.matmul(x, b))  # promoted to float64, as compat's
     assert ns.asarray is compat.asarray  # the rest is compat's
+
+
+def test_kernels_launch_in_their_gpus_scope_switching_only_among_several():
+    """(no GPU) backends' kernels launch `with gpu.current:`: the GPU's cupy Device (made
+    current, the previous one again after) where several are visible, a reusable no-op with
+    one (nothing to switch)."""
+    from needle.backends.cuda import launch_scope
+
+    entered = []
+
+    class Native:  # a cupy Device's context
+        def __enter__(self):
+            entered.append("in")
+
+        def __exit__(self, *exc):
+            entered.append("out")
+
+    native = Native()
+    assert launch_scope(native, 2) is native
+    for _ in range(2):
+        with launch_scope(native, 1):
+            pass
+    assert entered == [] and launch_scope(native, 1) is launch_scope(Native(), 1)
+
+
+def test_kernels_launch_scope_on_the_gpu(gpu):
+    cupy = gpu.cupy
+    several = cupy.cuda.runtime.getDeviceCount() > 1
+    assert (gpu.current is gpu.native) == several
+    with gpu.current:
+        assert cupy.cuda.runtime.getDevice() == gpu.index
 
 
 def test_the_cuda_namespace_calls_the_library_directly_on_numpy():
@@ -422,7 +460,6 @@ def _column_emulations():
 def _fake_gpu(emulations, launched):
     """A stand-in for the cuda device: numpy in cupy's place, each raw kernel its numpy
     emulation, called with the grid and the CUDA signature's arguments by name."""
-    import contextlib
     from types import SimpleNamespace as NS
 
     def raw_kernel(name, source, entry, dtype):
@@ -438,7 +475,7 @@ def _fake_gpu(emulations, launched):
 
     return NS(cupy=NS(ascontiguousarray=np.ascontiguousarray, empty=np.empty,
                       empty_like=np.empty_like),
-              native=contextlib.nullcontext(), raw_kernel=raw_kernel)
+              **_scopes(), raw_kernel=raw_kernel)
 
 
 def test_statistics_in_parts_split_many_rows_of_few_columns():
@@ -551,7 +588,6 @@ def test_sums_get_their_arguments_in_the_kernels_order(monkeypatch):
     """(no GPU: numpy in cupy's place, numpy kernels taking the CUDA signatures' arguments
     by name and the grid) sum_cuda's rows, columns, and long column sums in parts (the
     parts' grid and their second sum): the reference's sums to float rounding."""
-    import contextlib
     from types import SimpleNamespace as NS
 
     from needle.backends import sums
@@ -582,7 +618,7 @@ def test_sums_get_their_arguments_in_the_kernels_order(monkeypatch):
         return launch
 
     fake = NS(cupy=NS(ascontiguousarray=np.ascontiguousarray, empty=np.empty),
-              native=contextlib.nullcontext(), raw_kernel=raw_kernel)
+              **_scopes(), raw_kernel=raw_kernel)
     monkeypatch.setattr(sums, "device_of", lambda a: fake)
     rng = np.random.default_rng(0)
     for shape, axes, keepdims, kernels in [
@@ -608,7 +644,6 @@ def test_layer_norm_kernels_get_their_arguments_in_the_kernels_order(monkeypatch
     parts of sums.py's rows and then the parts (as SUM would sum them), results shaped as
     the reference's, to float rounding. The kernels themselves run in test_kernels.py and
     below (to the bit) where cupy sees a GPU."""
-    import contextlib
     from types import SimpleNamespace as NS
 
     from needle.backends import layer_norm, normalize
@@ -662,7 +697,7 @@ def test_layer_norm_kernels_get_their_arguments_in_the_kernels_order(monkeypatch
         return launch
 
     fake = NS(cupy=NS(ascontiguousarray=np.ascontiguousarray, empty=np.empty),
-              native=contextlib.nullcontext(), raw_kernel=raw_kernel)
+              **_scopes(), raw_kernel=raw_kernel)
     monkeypatch.setattr(layer_norm, "device_of", lambda a: fake)
     rng = np.random.default_rng(0)
     for x, parts in ((rng.standard_normal((6, 5)), False),
@@ -719,7 +754,6 @@ def test_index_check_gets_its_arguments_in_the_kernels_order(monkeypatch):
     """(no GPU: numpy in cupy's place, a numpy kernel taking the CUDA signature's arguments
     by name) the Python around the index check's kernel: a C-ordered copy of a view, the
     grid, and the reference's (indices, any bad)."""
-    import contextlib
     from types import SimpleNamespace as NS
 
     from needle.backends import index_check
@@ -745,7 +779,7 @@ def test_index_check_gets_its_arguments_in_the_kernels_order(monkeypatch):
         return launch
 
     fake = NS(cupy=NS(ascontiguousarray=np.ascontiguousarray, empty=np.empty, zeros=np.zeros,
-                      bool_=np.bool_), native=contextlib.nullcontext(), raw_kernel=raw_kernel)
+                      bool_=np.bool_), **_scopes(), raw_kernel=raw_kernel)
     monkeypatch.setattr(index_check, "device_of", lambda a: fake)
     ids = np.random.default_rng(0).integers(-3, 12, (7, 400))
     for x in (np.clip(ids, 0, 9), ids, ids.T, ids[:1, :1]):
