@@ -69,6 +69,12 @@ def cupy_calls(dev: ndl.Device) -> None:
         t("needle moving_averages_cuda", lambda: normalize.moving_averages_cuda(m, v, m, v, 0.1))
         t("needle matmul_cuda(a, b) (a kept call)", lambda: matmul.matmul_cuda(a, b))
         t("cupy.matmul(a, b)", lambda: cp.matmul(a, b))
+
+        def enter_exit(context):
+            with context:
+                pass
+        t("with cupy's Device (enter and exit)", lambda: enter_exit(dev.native))
+        t("with dev.current (what kernels launch in)", lambda: enter_exit(dev.current))
     ta, tb = (ndl.Tensor(np.random.rand(64, 64).astype(np.float32), device=dev) for _ in range(2))
     tg = ndl.Tensor(np.random.rand(64, 64).astype(np.float32), device=dev, requires_grad=True)
     t("needle relu (no grad)", lambda: ndl.ops.relu(ta))
