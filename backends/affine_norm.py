@@ -22,13 +22,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
-from . import device_of, namespace
+from . import device_of
 from .dtype_names import dtype_name
-from .normalize import grad_parts, stats_in_parts
-from .reductions import _TYPES, HELPERS, PART_HELPERS, stat_rows
-from .rows import as_rows, from_rows
+from .normalize import stats_in_parts
+from .reductions import _TYPES, HELPERS, PART_HELPERS, columns
 
 BN_SOURCE = HELPERS + r"""
 // x (n, d) contiguous, normalised over axis 0 as norm_cols (its column_stats), and
@@ -117,73 +114,63 @@ extern "C" __global__ void bn_grad_cols_parts(const T* g, const T* y, const T* w
 """
 
 
-def _fits(x: Any, *others: Any) -> bool:
-    return x.ndim >= 2 and dtype_name(x.dtype) in _TYPES and all(
-        o is not None and o.dtype == x.dtype for o in others)
-
-
-def _rows(xp: Any, a: Any) -> Any:
-    """(N, C) as it is, NC... as (N * ..., C) rows."""
-    return a if a.ndim == 2 else as_rows(xp, a, a.shape[1])
-
-
-def _back(xp: Any, rows: Any, shape: tuple[int, ...]) -> Any:
-    """Rows seen as the input's NC... `shape` again."""
-    return rows if len(shape) == 2 else from_rows(xp, rows, shape)
-
-
 def batch_norm_cuda(x: Any, w: Any, b: Any, eps: float) -> Any:
-    """(out, y, s, mean, var) as the reference, in one kernel; `out` and `y` laid out alike."""
-    if not _fits(x, w, b) or x.shape[1] == 0 or x.size == 0:
+    """(out, y, s, mean, var) as the reference, in one kernel (three for many rows: in
+    parts); `out` and `y` laid out as x."""
+    shape, t = x.shape, x.dtype
+    dtype = dtype_name(t)
+    if (len(shape) < 2 or dtype not in _TYPES or w.dtype != t or b.dtype != t
+            or not x.size):
         return NotImplemented
-    shape, c = tuple(x.shape), x.shape[1]
-    if tuple(w.shape) != (c,) or tuple(b.shape) != (c,):
+    col = columns(shape)
+    if w.shape != (col.c,) or b.shape != (col.c,):
         return NotImplemented
-    xp, gpu = namespace(x), device_of(x)
-    cp, dtype = gpu.cupy, dtype_name(x.dtype)
-    n = x.size // c
-    keep = (1, c) + (1,) * (x.ndim - 2)
+    gpu = device_of(x)
+    cp = gpu.cupy
     with gpu.current:
-        rows = cp.ascontiguousarray(_rows(xp, x))
-        out, y = (cp.empty(rows.shape, dtype=rows.dtype) for _ in range(2))
-        s, mean, var = (cp.empty(keep, dtype=x.dtype) for _ in range(3))
-        w, b, e = cp.ascontiguousarray(w), cp.ascontiguousarray(b), np.dtype(dtype).type(eps)
-        if (part_rows := stat_rows(n, c)) is None:
+        rows = cp.ascontiguousarray(col.as_rows(x))
+        out, y = cp.empty(col.rows, dtype=t), cp.empty(col.rows, dtype=t)
+        s, mean, var = (cp.empty(col.keep, dtype=t), cp.empty(col.keep, dtype=t),
+                        cp.empty(col.keep, dtype=t))
+        w, b, e = cp.ascontiguousarray(w), cp.ascontiguousarray(b), t.type(eps)
+        if col.part_rows is None:
             gpu.raw_kernel("bn_cols", BN_SOURCE, "bn_cols", dtype)(
-                ((c + 31) // 32,), (32, 32),
-                (rows, w, b, out, y, s, mean, var, np.int64(n), np.int64(c), e))
+                col.grid, (32, 32), (rows, w, b, out, y, s, mean, var, *col.sizes, e))
         else:
-            grid, (sums, sq, *sizes), _ = stats_in_parts(gpu, dtype, rows, n, c, part_rows)
+            sums, sq = stats_in_parts(gpu, dtype, rows, col)
             gpu.raw_kernel("bn_cols_parts", BN_SOURCE, "bn_cols_parts", dtype)(
-                grid, (32, 32), (rows, w, b, sums, sq, out, y, s, mean, var, *sizes, e))
-    return _back(xp, out, shape), _back(xp, y, shape), s, mean, var
+                col.grid, (32, 32), (rows, w, b, sums, sq, out, y, s, mean, var, *col.sizes, e))
+    return col.from_rows(out), col.from_rows(y), s, mean, var
 
 
 def batch_norm_grad_cuda(g: Any, x: Any, w: Any, y: Any, s: Any, mean: Any) -> Any:
-    """(dx, dw, db) as the reference, in one kernel, from the forward's y (None: the
-    reference's call)."""
-    if y is None or not _fits(g, w, y, s) or tuple(g.shape) != tuple(y.shape) or g.size == 0:
+    """(dx, dw, db) as the reference, in one kernel (two for many rows: in parts), from the
+    forward's y (None: the reference's call)."""
+    if y is None:
         return NotImplemented
-    shape, c = tuple(g.shape), g.shape[1]
-    if tuple(w.shape) != (c,) or s.size != c:
+    shape, t = g.shape, g.dtype
+    dtype = dtype_name(t)
+    if (len(shape) < 2 or dtype not in _TYPES or w.dtype != t or y.dtype != t or s.dtype != t
+            or y.shape != shape or not g.size):
         return NotImplemented
-    xp, gpu = namespace(g), device_of(g)
-    cp, dtype = gpu.cupy, dtype_name(g.dtype)
-    n = g.size // c
+    col = columns(shape)
+    c = col.c
+    if w.shape != (c,) or s.size != c:
+        return NotImplemented
+    gpu = device_of(g)
+    cp = gpu.cupy
     with gpu.current:
-        rows_g = cp.ascontiguousarray(_rows(xp, g))
-        rows_y = cp.ascontiguousarray(_rows(xp, y))
-        dx = cp.empty(rows_y.shape, dtype=rows_y.dtype)
-        dw, db = cp.empty((c,), dtype=g.dtype), cp.empty((c,), dtype=g.dtype)
+        rows_g = cp.ascontiguousarray(col.as_rows(g))
+        rows_y = cp.ascontiguousarray(col.as_rows(y))
+        dx, dw, db = cp.empty(col.rows, dtype=t), cp.empty((c,), dtype=t), cp.empty((c,), dtype=t)
         w, s = cp.ascontiguousarray(w), cp.ascontiguousarray(s).reshape(c)
-        if (part_rows := stat_rows(n, c)) is None:
+        if col.part_rows is None:
             gpu.raw_kernel("bn_grad_cols", BN_SOURCE, "bn_grad_cols", dtype)(
-                ((c + 31) // 32,), (32, 32),
-                (rows_g, rows_y, w, s, dx, dw, db, np.int64(n), np.int64(c)))
+                col.grid, (32, 32), (rows_g, rows_y, w, s, dx, dw, db, *col.sizes))
         else:
-            grid, sizes, part = grad_parts(gpu, dtype, n, c, part_rows)
+            part = cp.empty((4, col.grid[1], c), dtype=t)
             gpu.raw_kernel("bn_grad_part", BN_SOURCE, "bn_grad_part", dtype)(
-                grid, (32, 32), (rows_g, rows_y, w, part, *sizes))
+                col.grid, (32, 32), (rows_g, rows_y, w, part, *col.sizes))
             gpu.raw_kernel("bn_grad_cols_parts", BN_SOURCE, "bn_grad_cols_parts", dtype)(
-                grid, (32, 32), (rows_g, rows_y, w, s, part, dx, dw, db, *sizes))
-    return _back(xp, dx, shape), dw, db
+                col.grid, (32, 32), (rows_g, rows_y, w, s, part, dx, dw, db, *col.sizes))
+    return col.from_rows(dx), dw, db

@@ -24,7 +24,7 @@ import numpy as np
 
 from . import device_of, namespace
 from .dtype_names import dtype_name
-from .reductions import _TYPES, HELPERS, PART_HELPERS, _layout, _threads, stat_rows
+from .reductions import _TYPES, HELPERS, PART_HELPERS, Columns, _layout, _threads, columns
 from .rows import as_rows, channels, from_rows
 from .sums import SUM_SOURCE
 
@@ -141,29 +141,16 @@ def _kernel(gpu: Any, dtype: str, entry: str) -> Any:
     return gpu.raw_kernel(entry, SOURCE, entry, dtype)
 
 
-def stats_in_parts(gpu: Any, dtype: str, x: Any, n: int, d: int, rows: int) -> tuple:
-    """The first two of the three passes over x (n, d) contiguous in parts of `rows` rows:
-    each part's column sums of x (SUM's sum_cols_part), then of (x - mean)^2. Returns the
-    grid (column blocks, parts), the arguments (sums, sq, n, d, rows, parts) of the third
-    pass (norm_cols_parts, bn_cols_parts), and their (2, parts, d) array."""
-    parts = -(-n // rows)
-    grid = ((d + 31) // 32, parts)
-    both = gpu.cupy.empty((2, parts, d), dtype=x.dtype)
+def stats_in_parts(gpu: Any, dtype: str, x: Any, col: Columns) -> tuple[Any, Any]:
+    """The first two of the three passes over the rows x (n, c) of `col` (contiguous) in
+    parts: each part's column sums of x (SUM's sum_cols_part), then of (x - mean)^2. Returns
+    both, (parts, c) each: what the third pass (norm_cols_parts, bn_cols_parts) reads."""
+    both = gpu.cupy.empty((2, col.grid[1], col.c), dtype=x.dtype)
     sums, sq = both[0], both[1]
-    n, d, rows, parts = (np.int64(k) for k in (n, d, rows, parts))
     gpu.raw_kernel("sum_cols_part", SUM_SOURCE, "sum_cols_part", dtype)(
-        grid, (32, 32), (x, sums, n, d, rows))
-    _kernel(gpu, dtype, "sq_cols_part")(grid, (32, 32), (x, sums, sq, n, d, rows, parts))
-    return grid, (sums, sq, n, d, rows, parts), both
-
-
-def grad_parts(gpu: Any, dtype: str, n: int, d: int, rows: int) -> tuple:
-    """The grid (column blocks, parts) of the adjoint's kernels in parts of `rows` rows, the
-    (n, d, rows, parts) they take, and their (4, parts, d) sums (norm_grad_part's or
-    bn_grad_part's)."""
-    parts = -(-n // rows)
-    part = gpu.cupy.empty((4, parts, d), dtype=np.dtype(dtype))
-    return ((d + 31) // 32, parts), tuple(np.int64(k) for k in (n, d, rows, parts)), part
+        col.grid, (32, 32), (x, sums, *col.sizes[:3]))
+    _kernel(gpu, dtype, "sq_cols_part")(col.grid, (32, 32), (x, sums, sq, *col.sizes))
+    return sums, sq
 
 
 def normalize_cuda(x: Any, axes: tuple[int, ...], eps: float) -> tuple[Any, Any, Any, Any]:
@@ -195,13 +182,13 @@ def normalize_cuda(x: Any, axes: tuple[int, ...], eps: float) -> tuple[Any, Any,
         if how == "rows":
             _kernel(gpu, dtype, "norm_rows")((n,), (_threads(d),),
                                              (x, y, s, mean, var, np.int64(d), e))
-        elif (rows := stat_rows(n, d)) is None:
-            _kernel(gpu, dtype, "norm_cols")(((d + 31) // 32,), (32, 32),
-                                             (x, y, s, mean, var, np.int64(n), np.int64(d), e))
+        elif (col := columns((n, d))).part_rows is None:
+            _kernel(gpu, dtype, "norm_cols")(col.grid, (32, 32),
+                                             (x, y, s, mean, var, *col.sizes, e))
         else:
-            grid, (sums, sq, *sizes), _ = stats_in_parts(gpu, dtype, x, n, d, rows)
-            _kernel(gpu, dtype, "norm_cols_parts")(grid, (32, 32),
-                                                   (x, sums, sq, y, s, mean, var, *sizes, e))
+            sums, sq = stats_in_parts(gpu, dtype, x, col)
+            _kernel(gpu, dtype, "norm_cols_parts")(col.grid, (32, 32),
+                                                   (x, sums, sq, y, s, mean, var, *col.sizes, e))
     return y, s, mean, var
 
 
@@ -226,14 +213,13 @@ def normalize_grad_cuda(g: Any, y: Any, s: Any, axes: tuple[int, ...]) -> Any:
         dx = cp.empty_like(y)
         if how == "rows":
             _kernel(gpu, dtype, "norm_grad_rows")((n,), (_threads(d),), (g, y, s, dx, np.int64(d)))
-        elif (rows := stat_rows(n, d)) is None:
-            _kernel(gpu, dtype, "norm_grad_cols")(((d + 31) // 32,), (32, 32),
-                                                  (g, y, s, dx, np.int64(n), np.int64(d)))
+        elif (col := columns((n, d))).part_rows is None:
+            _kernel(gpu, dtype, "norm_grad_cols")(col.grid, (32, 32), (g, y, s, dx, *col.sizes))
         else:
-            grid, sizes, part = grad_parts(gpu, dtype, n, d, rows)
-            _kernel(gpu, dtype, "norm_grad_part")(grid, (32, 32), (g, y, part, *sizes))
-            _kernel(gpu, dtype, "norm_grad_cols_parts")(grid, (32, 32),
-                                                        (g, y, s, part, dx, *sizes))
+            part = cp.empty((4, col.grid[1], d), dtype=y.dtype)
+            _kernel(gpu, dtype, "norm_grad_part")(col.grid, (32, 32), (g, y, part, *col.sizes))
+            _kernel(gpu, dtype, "norm_grad_cols_parts")(col.grid, (32, 32),
+                                                        (g, y, s, part, dx, *col.sizes))
     return dx
 
 

@@ -7,7 +7,11 @@ No cupy here: the sources are text, compiled by CUDADevice.raw_kernel with T def
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import Any, NamedTuple
+
+import numpy as np
 
 _TYPES = {"float32": "float", "float64": "double"}
 
@@ -256,3 +260,47 @@ def stat_rows(n: int, d: int) -> int | None:
     if chunks is None:
         return -(-n // 1024)
     return _PART_ROWS if chunks > _MIN_STAT_PARTS else None
+
+
+class Columns(NamedTuple):
+    """An (N, C, ...) or (N, C) array seen as (n, c) rows of its c channels (`rows.as_rows`),
+    and what the column kernels take for it: worked out once per shape (`columns`), so a
+    launch costs its calls only."""
+
+    n: int
+    c: int
+    perm: tuple[int, ...] | None  # the permutation moving the channels last (None: (N, C))
+    rows: tuple[int, int]  # (n, c)
+    last: tuple[int, ...]  # the shape of the rows seen as (N, ..., C)
+    back: tuple[int, ...]  # the permutation from (N, ..., C) back to (N, C, ...)
+    keep: tuple[int, ...]  # (1, C, 1, ...): the statistics' shape, keepdims
+    part_rows: int | None  # stat_rows(n, c): the rows of a part, or None: one block
+    grid: tuple[int, ...]  # (column blocks,) or (column blocks, parts)
+    sizes: tuple  # the kernels' trailing int64 arguments: (n, c), or (n, c, rows, parts)
+
+    def as_rows(self, a: Any) -> Any:
+        """`a` (an array of this shape) as (n, c) rows: a view where it is channels-last."""
+        return a if self.perm is None else a.transpose(self.perm).reshape(self.rows)
+
+    def from_rows(self, rows: Any) -> Any:
+        """(n, c) rows seen in this shape again (a permuted view)."""
+        return rows if self.perm is None else rows.reshape(self.last).transpose(self.back)
+
+
+@functools.lru_cache(maxsize=512)
+def columns(shape: tuple[int, ...]) -> Columns:
+    """The Columns of an array of `shape` (2 or more axes, axis 1 the channels)."""
+    nd, c = len(shape), shape[1]
+    n = math.prod(shape) // c if c else 0
+    perm = None if nd == 2 else (0, *range(2, nd), 1)
+    part_rows = stat_rows(n, c) if n else None
+    blocks = (c + 31) // 32
+    if part_rows is None:
+        grid, sizes = (blocks,), (np.int64(n), np.int64(c))
+    else:
+        parts = -(-n // part_rows)
+        grid = (blocks, parts)
+        sizes = tuple(np.int64(k) for k in (n, c, part_rows, parts))
+    return Columns(n, c, perm, (n, c), (shape[0], *shape[2:], c),
+                   (0, nd - 1, *range(1, nd - 1)), (1, c) + (1,) * (nd - 2), part_rows, grid,
+                   sizes)

@@ -12,22 +12,25 @@ empty sums go to cupy (NotImplemented: the reference).
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import device_of, namespace
+from . import device_of
 from .dtype_names import dtype_name
 from .reductions import (
     _MAX_TERMS_PER_BLOCK,
     _PART_ROWS,
     _TYPES,
     HELPERS,
+    Columns,
     _layout,
     _threads,
     column_parts,
+    columns,
 )
-from .rows import as_rows, channels
+from .rows import channels
 
 SUM_SOURCE = HELPERS + r"""
 extern "C" __global__ void sum_rows(const T* x, T* out, long long d) {
@@ -61,43 +64,73 @@ extern "C" __global__ void sum_cols(const T* x, T* out, long long n, long long d
 }
 """
 
-def sum_cuda(a: Any, axes: tuple[int, ...] | None, keepdims: bool = False) -> Any:
-    """The sum of `a` over the non-negative `axes` (None: all) in one kernel."""
-    shape = tuple(a.shape)
-    axes = tuple(range(len(shape))) if axes is None else tuple(axes)
-    c = channels(shape, axes)
-    if c is not None and dtype_name(a.dtype) in _TYPES:  # BatchNorm's and NCHW bias adjoints' sums
-        out = sum_cuda(as_rows(namespace(a), a, c), (0,))  # over every axis but 1: as rows
-        if out is NotImplemented or not keepdims:
-            return out
-        return out.reshape(tuple(1 if i in axes else n for i, n in enumerate(shape)))
-    layout = _layout(shape, axes)
-    dtype = dtype_name(a.dtype)
-    if layout is None or dtype not in _TYPES:
-        return NotImplemented
-    how, n, d = layout
-    if how == "rows":
-        chunks = None if n < 64 and d > _MAX_TERMS_PER_BLOCK else 1  # (few long rows: cupy)
+class _Plan(NamedTuple):
+    """How sum_cuda sums an array of one shape over some axes (worked out once: `_plan`)."""
+
+    col: Columns | None  # NC... summed over every axis but 1: seen as its (n, c) rows
+    entry: str  # sum_rows or sum_cols
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    sizes: tuple  # the kernel's int64 arguments after (x, out)
+    out_shape: tuple[int, ...]  # what the kernel writes
+    shape: tuple[int, ...] | None  # the result's shape, where not out_shape (keepdims)
+    parts: tuple | None  # in parts: (the parts' shape, sum_cols_part's grid and sizes)
+
+
+@functools.lru_cache(maxsize=512)
+def _plan(shape: tuple[int, ...], axes: tuple[int, ...] | None, keepdims: bool) -> _Plan | None:
+    """sum_cuda's kernels for an array of `shape`, or None (cupy's sum: the reference)."""
+    axes = tuple(range(len(shape))) if axes is None else axes
+    kept = tuple(1 if i in axes else k for i, k in enumerate(shape))
+    col = None
+    if channels(shape, axes) is not None:  # BatchNorm's and NCHW bias adjoints' sums
+        col = columns(shape)  # over every axis but 1: as (n, c) rows over axis 0
+        layout = ("cols", col.n, col.c) if col.n else None
+        out_shape, result = (col.c,), kept if keepdims else None
     else:
-        chunks = column_parts(n, d)
+        layout = _layout(shape, axes)
+        out_shape = kept if keepdims else tuple(k for i, k in enumerate(shape) if i not in axes)
+        result = None
+    if layout is None:
+        return None
+    how, n, d = layout
+    i64 = np.int64
+    if how == "rows":
+        if n < 64 and d > _MAX_TERMS_PER_BLOCK:  # (few long rows: cupy)
+            return None
+        return _Plan(col, "sum_rows", (n,), (_threads(d),), (i64(d),), out_shape, result, None)
+    chunks = column_parts(n, d)
     if chunks is None:
+        return None
+    grid = ((d + 31) // 32,)
+    if chunks == 1:
+        return _Plan(col, "sum_cols", grid, (32, 32), (i64(n), i64(d)), out_shape, result, None)
+    parts = ((chunks, d), (grid[0], chunks), (i64(n), i64(d), i64(_PART_ROWS)))
+    return _Plan(col, "sum_cols", grid, (32, 32), (i64(chunks), i64(d)), out_shape, result,
+                 parts)
+
+
+def sum_cuda(a: Any, axes: tuple[int, ...] | None, keepdims: bool = False) -> Any:
+    """The sum of `a` over the non-negative `axes` (None: all) in one kernel (two for a long
+    sum over few columns)."""
+    dtype = dtype_name(a.dtype)
+    if dtype not in _TYPES:
+        return NotImplemented
+    plan = _plan(a.shape, None if axes is None else tuple(axes), keepdims)
+    if plan is None:
         return NotImplemented
     gpu = device_of(a)
     cp = gpu.cupy
-    out_shape = (tuple(1 if i in axes else s for i, s in enumerate(shape)) if keepdims
-                 else tuple(s for i, s in enumerate(shape) if i not in axes))
-    i64 = np.int64
     with gpu.current:
-        a = cp.ascontiguousarray(a)
-        out = cp.empty(out_shape, dtype=a.dtype)
-        kernel = gpu.raw_kernel(f"sum_{how}", SUM_SOURCE, f"sum_{how}", dtype)
-        if how == "rows":
-            kernel((n,), (_threads(d),), (a, out, i64(d)))
-        elif chunks == 1:
-            kernel(((d + 31) // 32,), (32, 32), (a, out, i64(n), i64(d)))
+        x = cp.ascontiguousarray(a if plan.col is None else plan.col.as_rows(a))
+        out = cp.empty(plan.out_shape, dtype=x.dtype)
+        kernel = gpu.raw_kernel(plan.entry, SUM_SOURCE, plan.entry, dtype)
+        if plan.parts is None:
+            kernel(plan.grid, plan.block, (x, out, *plan.sizes))
         else:
-            part = cp.empty((chunks, d), dtype=a.dtype)
+            parts, grid, sizes = plan.parts
+            part = cp.empty(parts, dtype=x.dtype)
             gpu.raw_kernel("sum_cols_part", SUM_SOURCE, "sum_cols_part", dtype)(
-                ((d + 31) // 32, chunks), (32, 32), (a, part, i64(n), i64(d), i64(_PART_ROWS)))
-            kernel(((d + 31) // 32,), (32, 32), (part, out, i64(chunks), i64(d)))
-    return out
+                grid, (32, 32), (x, part, *sizes))
+            kernel(plan.grid, plan.block, (part, out, *plan.sizes))
+    return out if plan.shape is None else out.reshape(plan.shape)
