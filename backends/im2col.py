@@ -3,6 +3,7 @@ zero-padded input, copied once (fast versions of needle.ops.im2col.IM2COL)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import numpy as np
@@ -60,19 +61,26 @@ def im2col_cuda(a: Any, kernel: tuple[int, int], stride: int, padding: int) -> A
         with gpu.current:
             return strided_im2col(cp.zeros, cp.lib.stride_tricks.as_strided, a, kernel,
                                   stride, padding)
-    n, h, w, c = a.shape
-    (kh, kw), s, p = kernel, stride, padding
-    ho, wo = (h + 2 * p - kh) // s + 1, (w + 2 * p - kw) // s + 1
-    i64 = np.int64
+    out_shape, sizes = _im2col_sizes(a.shape, kernel, stride, padding)
     with gpu.current:
         src = cp.ascontiguousarray(a)
-        out = cp.empty((n, ho, wo, kh * kw * c), dtype=a.dtype)
+        out = cp.empty(out_shape, dtype=a.dtype)
         k = gpu.elementwise_kernel(
             "im2col", "raw T src, int64 H, int64 W, int64 C, int64 KW, int64 K, int64 S, "
             "int64 P, int64 HO, int64 WO", "T res", IM2COL_CUDA)
-        k(src, i64(h), i64(w), i64(c), i64(kw), i64(kh * kw * c), i64(s), i64(p), i64(ho),
-          i64(wo), out)
+        k(src, *sizes, out)
         return out
+
+
+@functools.lru_cache(maxsize=256)
+def _im2col_sizes(shape: tuple, kernel: tuple[int, int], stride: int, padding: int) -> tuple:
+    """The columns' shape and IM2COL_CUDA's int64 sizes (H, W, C, KW, K, S, P, HO, WO) for
+    an NHWC input of `shape` (worked out once per convolution)."""
+    n, h, w, c = shape
+    (kh, kw), s, p = kernel, stride, padding
+    ho, wo = (h + 2 * p - kh) // s + 1, (w + 2 * p - kw) // s + 1
+    sizes = tuple(np.int64(k) for k in (h, w, c, kw, kh * kw * c, s, p, ho, wo))
+    return (n, ho, wo, kh * kw * c), sizes
 
 
 #: one thread per input pixel and channel (n, y, x, c): the sum over the taps (a, b), in
@@ -100,14 +108,19 @@ def col2im_cuda(taps: Any, shape: tuple, kernel: tuple[int, int], stride: int,
         return NotImplemented
     gpu = device_of(taps)
     cp = gpu.cupy
-    n, h, w, c = shape
-    i64 = np.int64
+    sizes = _col2im_sizes(tuple(shape), kernel, stride, padding, taps.shape[2], taps.shape[3])
     with gpu.current:
         taps = cp.ascontiguousarray(taps)
-        out = cp.empty((n, h, w, c), dtype=taps.dtype)
+        out = cp.empty(shape, dtype=taps.dtype)
         k = gpu.elementwise_kernel(
             "col2im", "raw T taps, int64 N, int64 H, int64 W, int64 C, int64 KH, int64 KW, "
             "int64 S, int64 P, int64 HO, int64 WO", "T res", COL2IM_CUDA)
-        k(taps, i64(n), i64(h), i64(w), i64(c), i64(kernel[0]), i64(kernel[1]), i64(stride),
-          i64(padding), i64(taps.shape[2]), i64(taps.shape[3]), out)
+        k(taps, *sizes, out)
         return out
+
+
+@functools.lru_cache(maxsize=256)
+def _col2im_sizes(shape: tuple, kernel: tuple[int, int], stride: int, padding: int, ho: int,
+                  wo: int) -> tuple:
+    """COL2IM_CUDA's int64 sizes (N, H, W, C, KH, KW, S, P, HO, WO)."""
+    return tuple(np.int64(k) for k in (*shape, *kernel, stride, padding, ho, wo))

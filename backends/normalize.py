@@ -247,15 +247,15 @@ MOVING_AVERAGES_CUDA = ("T a = om * omm; T b = bm * mm; rm = a + b; "
 def moving_averages_cuda(old_mean: Any, old_var: Any, batch_mean: Any, batch_var: Any,
                          m: float) -> Any:
     """(running mean, running var) updated in one elementwise kernel (one launch, not two)."""
-    arrays = (old_mean, old_var, batch_mean, batch_var)
-    if (any(a.dtype != old_mean.dtype or a.size != old_mean.size for a in arrays)
-            or dtype_name(old_mean.dtype) not in _TYPES or old_var.shape != old_mean.shape):
+    shape, size, t = old_mean.shape, old_mean.size, old_mean.dtype
+    if (dtype_name(t) not in _TYPES or old_var.shape != shape or old_var.dtype != t
+            or batch_mean.dtype != t or batch_var.dtype != t or batch_mean.size != size
+            or batch_var.size != size):
         return NotImplemented  # the reference's calls
     gpu = device_of(old_mean)
     with gpu.current:
         kernel = gpu.elementwise_kernel(
             "moving_averages", "T om, T bm, T ov, T bv, T omm, T mm", "T rm, T rv",
             MOVING_AVERAGES_CUDA, exact=True)
-        t, cp = old_mean.dtype.type, gpu.cupy
-        return kernel(old_mean, cp.reshape(batch_mean, old_mean.shape), old_var,
-                      cp.reshape(batch_var, old_mean.shape), t(1.0 - m), t(m))
+        return kernel(old_mean, batch_mean.reshape(shape), old_var, batch_var.reshape(shape),
+                      t.type(1.0 - m), t.type(m))

@@ -137,3 +137,18 @@ def test_best_of_times_whole_runs_each_closed_by_a_sync():
                        lambda: events.append("sync"))
     assert events == ["call"] * 3 + ["sync"] + ["call"] * 3 + ["sync"]
     assert 0.002 <= per_call < 1.0
+
+
+def test_cuda_wrappers_times_each_wrapper_with_numpy_in_cupys_place(capsys):
+    """benchmarks/cuda_wrappers.py runs every cuda wrapper on numpy stand-ins (no GPU), prints
+    one line each and their total a step, and gives the modules their device_of back."""
+    import cuda_wrappers
+
+    from needle.backends import affine_norm, sums
+
+    before = (affine_norm.device_of, sums.device_of)
+    total = cuda_wrappers.main(["--calls", "5"])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 + len(cuda_wrappers.cases()) and total > 0
+    assert f"{total:.1f}" in lines[-1]
+    assert (affine_norm.device_of, sums.device_of) == before

@@ -105,6 +105,21 @@ def _same_as_compat(ns, compat, lib, asarray):
     assert ns.asarray is compat.asarray  # the rest is compat's
 
 
+def test_fits_into_is_numpys_broadcast_to_the_first_shape():
+    """(no GPU) add_to_fresh's check that b's shape broadcasts to out's, against numpy's."""
+    from needle.backends.add_to_fresh import fits_into
+
+    shapes = [(), (1,), (3,), (4,), (1, 4), (3, 4), (2, 3, 4), (2, 1, 4), (3, 1), (5, 3, 4),
+              (0,), (0, 4), (1, 0)]
+    for a in shapes:
+        for b in shapes:
+            try:
+                want = np.broadcast_shapes(b, a) == b
+            except ValueError:
+                want = False
+            assert fits_into(a, b) == want, (a, b)
+
+
 def test_kernels_launch_in_their_gpus_scope_switching_only_among_several():
     """(no GPU) backends' kernels launch `with gpu.current:`: the GPU's cupy Device (made
     current, the previous one again after) where several are visible, a reusable no-op with
@@ -574,6 +589,47 @@ def test_im2col_kernels_index_arithmetic_gathers_the_references_columns():
         got = _run_c_body(IM2COL_CUDA, want.size, src=a, H=7, W=6, C=3, KW=kw, K=k, S=s, P=p,
                           HO=ho, WO=wo)
         np.testing.assert_array_equal(got.reshape(want.shape), want)
+
+
+def test_window_kernels_get_their_sizes_in_the_kernels_order(monkeypatch):
+    """(no GPU: numpy in cupy's place) im2col_cuda and col2im_cuda hand their kernels the
+    sizes in the order of the kernels' parameters: IM2COL_CUDA's body run by numpy over
+    the arguments by name gives the reference's columns, and col2im's arguments by name give
+    the reference's sum of the windows."""
+    import re
+    from types import SimpleNamespace as NS
+
+    from needle.backends import im2col
+    from needle.ops.im2col import col2im_portable, im2col_portable
+
+    def elementwise_kernel(name, params, outs, body):
+        names = [p.split()[-1] for p in params.split(",")]
+
+        def run(*args):
+            kw, out = dict(zip(names, args[:-1], strict=True)), args[-1]
+            kw = {k: (int(v) if re.fullmatch("[A-Z]+", k) else v) for k, v in kw.items()}
+            if name == "im2col":
+                out[...] = _run_c_body(body, out.size, **kw).reshape(out.shape)
+            else:
+                assert (kw["HO"], kw["WO"]) == kw["taps"].shape[2:4]
+                out[...] = col2im_portable(kw["taps"], (kw["N"], kw["H"], kw["W"], kw["C"]),
+                                           (kw["KH"], kw["KW"]), kw["S"], kw["P"])
+            return out
+        return run
+
+    fake = NS(cupy=NS(ascontiguousarray=np.ascontiguousarray, empty=np.empty), **_scopes(),
+              elementwise_kernel=elementwise_kernel)
+    monkeypatch.setattr(im2col, "device_of", lambda a: fake)
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((2, 7, 6, 3))
+    for kernel, s, p in [((3, 3), 1, 1), ((2, 3), 2, 0), ((5, 5), 3, 2)]:
+        for _ in range(2):  # (the second call: the sizes kept from the first)
+            want = im2col_portable(a, kernel, s, p)
+            np.testing.assert_array_equal(im2col.im2col_cuda(a, kernel, s, p), want)
+        n, ho, wo, _ = want.shape
+        taps = rng.standard_normal((kernel[0] * kernel[1], n, ho, wo, 3))
+        np.testing.assert_allclose(im2col.col2im_cuda(taps, a.shape, kernel, s, p),
+                                   col2im_portable(taps, a.shape, kernel, s, p))
 
 
 def _kernel_arguments(source: str, entry: str) -> list[str]:
