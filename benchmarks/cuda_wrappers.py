@@ -23,7 +23,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import best_of  # noqa: E402
 
-from needle.backends import add_to_fresh, affine_norm, im2col, normalize, relu, sums  # noqa: E402
+from needle.backends import (  # noqa: E402
+    add_to_fresh,
+    affine_norm,
+    flat_concat,
+    im2col,
+    normalize,
+    relu,
+    sums,
+)
 from needle.ops.affine_norm import batch_norm_portable  # noqa: E402
 
 
@@ -57,7 +65,9 @@ def cases() -> list[tuple[str, int, Callable[[], Any]]]:
     # (the window gathers at batch 8: numpy's allocation of their columns at 1,024 would be
     # most of what is timed, where cupy's takes its memory pool's)
     windows, taps = np.empty((8, 8, 8, 16), np.float32), np.empty((9, 8, 4, 4, 32), np.float32)
+    grads = [rng.standard_normal(k).astype(np.float32) for k in rng.integers(16, 9216, 30)]
     return [
+        ("flat_concat_cuda, 30 small gradients", 1, lambda: flat_concat.flat_concat_cuda(grads)),
         ("batch_norm_cuda, 65,536 rows of 16 (in parts, as the first four)", 4,
          lambda: affine_norm.batch_norm_cuda(first, w16, w16, 1e-5)),
         ("batch_norm_cuda, 1,024 rows of 128 (one block, as the last four)", 4,
@@ -84,7 +94,7 @@ def main(argv: list[str] | None = None) -> float:
     parser.add_argument("--calls", type=int, default=2000, help="calls per timed run")
     args = parser.parse_args(argv)
     fake = stand_in()
-    modules = (add_to_fresh, affine_norm, im2col, normalize, relu, sums)
+    modules = (add_to_fresh, affine_norm, flat_concat, im2col, normalize, relu, sums)
     saved = [m.device_of for m in modules]
     for m in modules:
         m.device_of = lambda a: fake

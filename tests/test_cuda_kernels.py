@@ -120,6 +120,50 @@ def test_fits_into_is_numpys_broadcast_to_the_first_shape():
             assert fits_into(a, b) == want, (a, b)
 
 
+def test_flat_concat_gets_its_arguments_in_the_kernels_order(monkeypatch):
+    """(no GPU: numpy in cupy's place, the kernel run by numpy over the CUDA signature's
+    arguments by name and the grid's block rows) the optimizer's flat gradient: pointers and
+    starts in the kernel's order, a launch per 32 arrays, unused slots never read, copies of
+    views, empty arrays, and the reference's array; other dtypes to the reference."""
+    from types import SimpleNamespace as NS
+
+    from needle.backends import flat_concat
+    from needle.optim.optimizer import flat_concat_portable
+
+    launches = []
+
+    def raw_kernel(name, source, entry, dtype):
+        assert source is flat_concat.SOURCE and entry == "flat_concat"
+        names = _kernel_arguments(source, entry)
+
+        def launch(grid, block, args):
+            kw = dict(zip(names, args, strict=True))
+            assert block == (256,) and grid[1] <= flat_concat.SLOTS and grid[0] >= 1
+            launches.append(grid)
+            for y in range(grid[1]):  # the launched block rows, one array each
+                src, start, stop = kw[f"p{y}"], int(kw[f"s{y}"]), int(kw[f"s{y + 1}"])
+                assert src.flags.c_contiguous and src.size == stop - start
+                kw["out"][start:stop] = src.reshape(-1)
+        return launch
+
+    fake = NS(cupy=NS(ascontiguousarray=np.ascontiguousarray, empty=np.empty), **_scopes(),
+              raw_kernel=raw_kernel)
+    monkeypatch.setattr(flat_concat, "device_of", lambda a: fake)
+    rng = np.random.default_rng(2)
+    for count in (2, 32, 33, 70):
+        arrays = [rng.standard_normal(rng.integers(1, 5, size=rng.integers(1, 4)))
+                  for _ in range(count)]
+        arrays[1] = rng.standard_normal((4, 3)).T
+        arrays[count // 2] = np.zeros((2, 0))
+        for tail in ([], [np.zeros(0)]):  # (a launch of empty arrays only is skipped)
+            launches.clear()
+            got = flat_concat.flat_concat_cuda(arrays + tail)
+            assert len(launches) == -(-count // 32)
+            np.testing.assert_array_equal(got, flat_concat_portable(arrays + tail))
+    assert flat_concat.flat_concat_cuda([np.ones(2, np.float32), np.ones(2)]) is NotImplemented
+    assert flat_concat.flat_concat_cuda([np.ones(2, np.int64)] * 2) is NotImplemented
+
+
 def test_kernels_launch_in_their_gpus_scope_switching_only_among_several():
     """(no GPU) backends' kernels launch `with gpu.current:`: the GPU's cupy Device (made
     current, the previous one again after) where several are visible, a reusable no-op with
@@ -314,6 +358,7 @@ RAW_KERNELS = {
                                   "bn_grad_cols_parts")),
     "layer_norm": ("SOURCE", ("ln_rows", "ln_grad_rows", "ln_sums", "sum_cols2")),
     "cross_entropy": ("XENT_SOURCE", ("xent_rows",)),
+    "flat_concat": ("SOURCE", ("flat_concat",)),
     "index_add": ("SEGMENT_SOURCE", ("segment_sum",)),
     "index_check": ("SOURCE", ("checked_indices",)),
     "normalize": ("SOURCE", ("norm_rows", "norm_cols", "norm_grad_rows", "norm_grad_cols",

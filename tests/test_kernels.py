@@ -158,6 +158,22 @@ def sgd_many_cases(device, rng):
     return cases
 
 
+def flat_concat_cases(device, rng):
+    """An optimizer's small gradients: 1-d and 4-d arrays, more than a launch's 32 slots, a
+    transposed view, an empty one, and a mix of dtypes (the reference's): a copy, rtol 0."""
+    cases = []
+    for dtype, count in (("float32", 30), ("float64", 70)):
+        shapes = [tuple(int(k) for k in rng.integers(1, 6, size=int(rng.integers(1, 5))))
+                  for _ in range(count)]
+        arrays = [device.asarray(rng.standard_normal(s), dtype=dtype) for s in shapes]
+        arrays[3] = device.xp.permute_dims(device.asarray(rng.standard_normal((3, 5)),
+                                                          dtype=dtype), (1, 0))
+        arrays[5] = device.asarray(np.zeros((0, 4)), dtype=dtype)
+        cases.append(((arrays,), {}, 0))
+    mixed = [device.asarray(rng.standard_normal(4), dtype=d) for d in ("float32", "float64")]
+    return cases + [((mixed,), {}, 0)]
+
+
 # (shape, axes): rows (the last axes), columns (the first), and a layout the fast versions
 # hand to the reference; sizes that leave a block's threads idle and need several blocks
 NORM_LAYOUTS = [((6, 5), (1,)), ((6, 5), (0,)), ((3, 4, 37), (2,)), ((300, 70), (0,)),
@@ -530,6 +546,7 @@ CASES = {"im2col": im2col_cases, "index_add": index_add_cases,
          "softmax_xent": softmax_xent_cases, "softmax_xent_grad": softmax_xent_grad_cases,
          "add_to_fresh": add_to_fresh_cases, "add_n": add_n_cases, "adam": adam_cases,
          "sgd": sgd_cases, "adam_many": adam_many_cases, "sgd_many": sgd_many_cases,
+         "flat_concat": flat_concat_cases,
          "normalize": normalize_cases, "normalize_grad": normalize_grad_cases,
          "batch_norm": batch_norm_cases, "batch_norm_grad": batch_norm_grad_cases,
          "layer_norm": layer_norm_cases, "layer_norm_grad": layer_norm_grad_cases,

@@ -8,6 +8,8 @@ from typing import Any, Iterable, Mapping
 
 from ..autograd import Tensor, graph, mark_modified
 from ..autograd.graph import replayed
+from ..backends import namespace
+from ..kernels import Kernel
 
 
 def check_range(owner: str, name: str, value: Any, low: float, high: float | None = None,
@@ -24,6 +26,18 @@ def check_range(owner: str, name: str, value: Any, low: float, high: float | Non
             f"in [{low}, {high}]" if high_inclusive else f"in [{low}, {high})")
         raise ValueError(f"{owner}: {name} must be {interval}, found {value}")
     return value
+
+
+def flat_concat_portable(arrays: list) -> Any:
+    """The arrays' elements (each in C order) one after another, as one 1-d array."""
+    xp = namespace(arrays[0])
+    return xp.concat([a if a.ndim == 1 else xp.reshape(a, (-1,)) for a in arrays])
+
+
+#: a flat group's gradients as one array: on cuda one kernel taking the arrays' pointers as
+#: arguments, where cupy's concatenate copies tables of them from the host
+FLAT_CONCAT = Kernel("flat_concat", flat_concat_portable,
+                     fast={"cuda": "needle.backends.flat_concat:flat_concat_cuda"})
 
 
 @dataclass
@@ -173,7 +187,7 @@ class Optimizer:
         shapes = [p._array.shape for p in params]
         cache = self._flat.get(key)
         flat_p = self._flat_params(indices, params, xp, cache)  # cached, or a fresh concat
-        flat_g = xp.concat([g if g.ndim == 1 else xp.reshape(g, (-1,)) for g in grads])
+        flat_g = FLAT_CONCAT(grads)
         flat_state = self._flat_state(indices, params, xp, cache)
         new_p, new_state = self._update(flat_p, flat_g, flat_state)
         if (cache is not None and new_p is cache.params and new_state.keys() ==
