@@ -10,6 +10,7 @@ import numpy as np
 
 from . import device_of
 from .dtype_names import dtype_name
+from .elementwise import LOOP, flat_grid
 
 
 def strided_im2col(zeros: Callable[..., Any], as_strided: Callable[..., Any], a: Any,
@@ -62,13 +63,14 @@ def im2col_cuda(a: Any, kernel: tuple[int, int], stride: int, padding: int) -> A
             return strided_im2col(cp.zeros, cp.lib.stride_tricks.as_strided, a, kernel,
                                   stride, padding)
     out_shape, sizes = _im2col_sizes(a.shape, kernel, stride, padding)
+    dtype = dtype_name(a.dtype)
     with gpu.current:
         src = cp.ascontiguousarray(a)
         out = cp.empty(out_shape, dtype=a.dtype)
-        k = gpu.elementwise_kernel(
-            "im2col", "raw T src, int64 H, int64 W, int64 C, int64 KW, int64 K, int64 S, "
-            "int64 P, int64 HO, int64 WO", "T res", IM2COL_CUDA)
-        k(src, *sizes, out)
+        n = out.size
+        if n:
+            gpu.raw_kernel("im2col", SOURCE, "im2col", dtype)(
+                *flat_grid(n), (src, out, np.int64(n), *sizes))
         return out
 
 
@@ -101,6 +103,27 @@ res = acc;
 """
 
 
+#: both as raw kernels over the n elements of out (one thread each, then every stride-th;
+#: inside the loop each body's own n, the image, shadows the count)
+SOURCE = (r"""
+extern "C" __global__ void im2col(const T* src, T* out, long long n, long long H, long long W,
+                                  long long C, long long KW, long long K, long long S,
+                                  long long P, long long HO, long long WO) {
+    LOOP {
+""" + IM2COL_CUDA.replace("res = ", "out[i] = ") + r"""
+    }
+}
+
+extern "C" __global__ void col2im(const T* taps, T* out, long long n, long long N, long long H,
+                                  long long W, long long C, long long KH, long long KW,
+                                  long long S, long long P, long long HO, long long WO) {
+    LOOP {
+""" + COL2IM_CUDA.replace("res = ", "out[i] = ") + r"""
+    }
+}
+""").replace("LOOP", LOOP)
+
+
 def col2im_cuda(taps: Any, shape: tuple, kernel: tuple[int, int], stride: int,
                 padding: int) -> Any:
     """The windows added back in one kernel: a gather per input pixel, no atomics."""
@@ -109,13 +132,14 @@ def col2im_cuda(taps: Any, shape: tuple, kernel: tuple[int, int], stride: int,
     gpu = device_of(taps)
     cp = gpu.cupy
     sizes = _col2im_sizes(tuple(shape), kernel, stride, padding, taps.shape[2], taps.shape[3])
+    dtype = dtype_name(taps.dtype)
     with gpu.current:
         taps = cp.ascontiguousarray(taps)
         out = cp.empty(shape, dtype=taps.dtype)
-        k = gpu.elementwise_kernel(
-            "col2im", "raw T taps, int64 N, int64 H, int64 W, int64 C, int64 KH, int64 KW, "
-            "int64 S, int64 P, int64 HO, int64 WO", "T res", COL2IM_CUDA)
-        k(taps, *sizes, out)
+        n = out.size
+        if n:
+            gpu.raw_kernel("col2im", SOURCE, "col2im", dtype)(
+                *flat_grid(n), (taps, out, np.int64(n), *sizes))
         return out
 
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from . import device_of, namespace
 from .dtype_names import dtype_name
+from .elementwise import LOOP, flat_grid
 from .reductions import _TYPES, HELPERS, PART_HELPERS, Columns, _layout, _threads, columns
 from .rows import as_rows, channels, from_rows
 from .sums import SUM_SOURCE
@@ -105,6 +106,16 @@ extern "C" __global__ void norm_grad_cols(const T* g, const T* y, const T* s, T*
     }
 }
 """ + PART_HELPERS + r"""
+// BatchNorm's running statistics, each new = old (1 - m) + batch m in the portable rule's
+// three roundings (mul_rn, add_rn: no multiply-add), over n elements of flat memory
+extern "C" __global__ void moving_averages(const T* om, const T* bm, const T* ov, const T* bv,
+                                           T* rm, T* rv, T omm, T mm, long long n) {
+    LOOP {
+        rm[i] = add_rn(mul_rn(om[i], omm), mul_rn(bm[i], mm));
+        rv[i] = add_rn(mul_rn(ov[i], omm), mul_rn(bv[i], mm));
+    }
+}
+
 // many rows of few columns, in parts: after sum_cols_part, each part's sum of (x - mean)^2
 extern "C" __global__ void sq_cols_part(const T* x, const T* sums, T* sq, long long n,
                                         long long d, long long rows, long long parts) {
@@ -134,7 +145,7 @@ extern "C" __global__ void norm_grad_cols_parts(const T* g, const T* y, const T*
     __shared__ T buf[32 * 33];
     grad_cols_apply(g, y, nullptr, s, part, dx, nullptr, nullptr, n, d, rows, parts, buf);
 }
-"""
+""".replace("LOOP", LOOP)
 
 
 def _kernel(gpu: Any, dtype: str, entry: str) -> Any:
@@ -239,21 +250,30 @@ def moving_average_cuda(old: Any, batch: Any, m: float) -> Any:
         return kernel(old, gpu.cupy.reshape(batch, old.shape), t(1.0 - m), t(m))
 
 
-#: both running statistics, each in the portable rule's three roundings
+#: both running statistics, each in the portable rule's three roundings (an ElementwiseKernel
+#: for strided statistics; C-ordered ones go to the raw kernel `moving_averages`)
 MOVING_AVERAGES_CUDA = ("T a = om * omm; T b = bm * mm; rm = a + b; "
                         "T c = ov * omm; T d = bv * mm; rv = c + d;")
 
 
 def moving_averages_cuda(old_mean: Any, old_var: Any, batch_mean: Any, batch_var: Any,
                          m: float) -> Any:
-    """(running mean, running var) updated in one elementwise kernel (one launch, not two)."""
+    """(running mean, running var) updated in one kernel (one launch, not two): a raw kernel
+    over flat memory where all four are C-ordered (as BatchNorm's are), else elementwise."""
     shape, size, t = old_mean.shape, old_mean.size, old_mean.dtype
     if (dtype_name(t) not in _TYPES or old_var.shape != shape or old_var.dtype != t
             or batch_mean.dtype != t or batch_var.dtype != t or batch_mean.size != size
             or batch_var.size != size):
         return NotImplemented  # the reference's calls
     gpu = device_of(old_mean)
+    arrays = (old_mean, batch_mean, old_var, batch_var)
     with gpu.current:
+        if size and all(a.flags.c_contiguous for a in arrays):  # (each walked as flat memory)
+            cp = gpu.cupy
+            rm, rv = cp.empty(shape, dtype=t), cp.empty(shape, dtype=t)
+            _kernel(gpu, dtype_name(t), "moving_averages")(
+                *flat_grid(size), (*arrays, rm, rv, t.type(1.0 - m), t.type(m), np.int64(size)))
+            return rm, rv
         kernel = gpu.elementwise_kernel(
             "moving_averages", "T om, T bm, T ov, T bv, T omm, T mm", "T rm, T rv",
             MOVING_AVERAGES_CUDA, exact=True)

@@ -164,6 +164,159 @@ def test_flat_concat_gets_its_arguments_in_the_kernels_order(monkeypatch):
     assert flat_concat.flat_concat_cuda([np.ones(2, np.int64)] * 2) is NotImplemented
 
 
+def _flat(a):
+    """A dense array's memory as a flat (writable) view, from its first element: what a raw
+    kernel walking it as flat memory reads and writes."""
+    return np.lib.stride_tricks.as_strided(a, (a.size,), (a.itemsize,))
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in multiply")  # NaN * 0
+def test_elementwise_raw_kernels_walk_flat_memory(monkeypatch):
+    """(no GPU: numpy in cupy's place, the raw kernels run by numpy over the arrays' memory)
+    ReLU, its adjoint and the bias add: a raw kernel over flat memory where the arrays share
+    one dense layout (C-ordered, a convolution's channels-last NCHW view), the output laid
+    out as the input; an ElementwiseKernel, cupy's add or the reference otherwise."""
+    from types import SimpleNamespace as NS
+
+    from needle.backends import add_to_fresh, elementwise, relu
+    from needle.ops.unary import relu_grad_portable
+
+    launched = []
+
+    def relu_kernel(x, y, n):
+        _flat(y)[:] = np.where((_flat(x) > 0) | np.isnan(_flat(x)), _flat(x), 0)[:int(n)]
+
+    def relu_grad_kernel(g, a, y, n):
+        _flat(y)[:] = (_flat(g) * (_flat(a) > 0).astype(a.dtype))[:int(n)]
+
+    def add_into(out, b, n, c):
+        _flat(out)[:] = _flat(out) + _flat(b)[np.arange(int(n)) % int(c)]
+
+    emulations = {"relu": relu_kernel, "relu_grad": relu_grad_kernel, "add_into": add_into}
+
+    def raw_kernel(name, source, entry, dtype):
+        names = _kernel_arguments(source, entry)
+
+        def launch(grid, block, args):
+            kw = dict(zip(names, args, strict=True))
+            assert (grid, block) == elementwise.flat_grid(int(kw["n"]))
+            for a in args:
+                assert not isinstance(a, np.ndarray) or elementwise.dense(a)
+            launched.append(entry)
+            emulations[entry](**kw)
+        return launch
+
+    def elementwise_kernel(name, params, outs, body):
+        def run(g, a, y):
+            launched.append(f"elementwise {name}")
+            y[...] = g * (a > 0).astype(a.dtype)
+            return y
+        return run
+
+    def add(a, b, out):
+        launched.append("cupy add")
+        return np.add(a, b, out=out)
+
+    fake = NS(cupy=NS(empty_like=np.empty_like, add=add), **_scopes(), raw_kernel=raw_kernel,
+              elementwise_kernel=elementwise_kernel)
+    for module in (add_to_fresh, relu):
+        monkeypatch.setattr(module, "device_of", lambda a: fake)
+    rng = np.random.default_rng(6)
+    nhwc = rng.standard_normal((4, 5, 6, 3)).astype(np.float32)
+    nhwc[0, 0, 0, :3] = [-0.0, np.nan, -np.inf]
+    nchw = nhwc.transpose(0, 3, 1, 2)
+    for x, raw in ((nhwc, True), (nchw, True), (nchw.astype(np.float64), True),
+                   (nchw[:, :, ::2], False), (nhwc.astype(np.int64), False)):
+        launched.clear()
+        y = relu.relu_cuda(x)
+        if not raw:
+            assert y is NotImplemented and launched == []
+            continue
+        assert launched == ["relu"] and y.strides == x.strides
+        np.testing.assert_array_equal(y, np.maximum(x, 0))
+        assert not np.signbit(y[0, 0, 0, 0])  # (-0 gives +0, as numpy's maximum)
+    other = rng.standard_normal((4, 6, 5, 3)).astype(np.float32).transpose(0, 2, 1, 3)
+    for g, a, kernel in ((nhwc, -nhwc, "relu_grad"), (nchw, nchw[::-1, ::-1].copy()[::-1, ::-1],
+                                                      "elementwise relu_grad"),
+                         (nchw, nhwc.copy().transpose(0, 3, 1, 2), "relu_grad"),
+                         (nhwc, other, "elementwise relu_grad"),
+                         (nhwc[:, ::2], nhwc[:, ::2], "elementwise relu_grad")):
+        launched.clear()
+        y = relu.relu_grad_cuda(g, a)
+        assert launched == [kernel] and y.strides == np.empty_like(g).strides
+        np.testing.assert_array_equal(y, relu_grad_portable(g, a))
+    for out_shape, b, how in (((50, 3), rng.standard_normal(3), "add_into"),
+                              ((50, 3), rng.standard_normal((1, 3)), "add_into"),
+                              ((4, 7, 3), rng.standard_normal(3), "add_into"),
+                              ((4, 7, 3), rng.standard_normal((4, 7, 3)), "add_into"),
+                              ((50, 3), rng.standard_normal((50, 1)), "cupy add"),
+                              ((50, 3), rng.standard_normal(6)[::2], "cupy add"),
+                              ((0, 3), rng.standard_normal(3), None)):
+        out = rng.standard_normal(out_shape)
+        want = out + b
+        launched.clear()
+        got = add_to_fresh.add_to_fresh_cuda(out, b)
+        assert launched == ([how] if how else []) and got is out, (out_shape, b.shape)
+        np.testing.assert_array_equal(got, want)
+    launched.clear()
+    ints = np.arange(6).reshape(2, 3)
+    want = ints + ints[0]
+    np.testing.assert_array_equal(add_to_fresh.add_to_fresh_cuda(ints, ints[0].copy()), want)
+    assert launched == ["cupy add"]
+    out = rng.standard_normal((3, 4)).T  # (not C-ordered: a fresh out + b)
+    got = add_to_fresh.add_to_fresh_cuda(out, np.ones(3))
+    assert got is not out and launched == ["cupy add"]
+
+
+def test_moving_averages_kernel_gets_its_arguments_in_the_kernels_order(monkeypatch):
+    """(no GPU: numpy in cupy's place, the raw kernel run by numpy in float32, one rounding
+    per product and sum) BatchNorm's running statistics: the reference's bits, the batch's
+    (1, C, 1, 1) statistics walked as flat memory; a strided one to the ElementwiseKernel."""
+    from types import SimpleNamespace as NS
+
+    from needle.backends import elementwise, normalize
+    from needle.nn.norm import moving_averages_portable
+
+    launched = []
+
+    def raw_kernel(name, source, entry, dtype):
+        assert source is normalize.SOURCE and entry == "moving_averages"
+        names = _kernel_arguments(source, entry)
+
+        def launch(grid, block, args):
+            kw = dict(zip(names, args, strict=True))
+            assert (grid, block) == elementwise.flat_grid(int(kw["n"]))
+            assert type(kw["omm"]) is type(kw["mm"]) is np.dtype(dtype).type
+            launched.append(entry)
+            for new, old, batch in (("rm", "om", "bm"), ("rv", "ov", "bv")):
+                _flat(kw[new])[:] = _flat(kw[old]) * kw["omm"] + _flat(kw[batch]) * kw["mm"]
+        return launch
+
+    def elementwise_kernel(name, params, outs, body, exact=False):
+        def run(om, bm, ov, bv, omm, mm):
+            launched.append(f"elementwise {name}")
+            return om * omm + bm * mm, ov * omm + bv * mm
+        return run
+
+    fake = NS(cupy=NS(empty=np.empty), **_scopes(), raw_kernel=raw_kernel,
+              elementwise_kernel=elementwise_kernel)
+    monkeypatch.setattr(normalize, "device_of", lambda a: fake)
+    rng = np.random.default_rng(8)
+    old_mean, old_var = (rng.standard_normal(5).astype(np.float32) for _ in range(2))
+    batch_mean, batch_var = (rng.standard_normal((1, 5, 1, 1)).astype(np.float32)
+                             for _ in range(2))
+    for batch, kernel in ((batch_var, "moving_averages"),
+                          (rng.standard_normal((1, 10, 1, 1)).astype(np.float32)[:, ::2],
+                           "elementwise moving_averages")):
+        launched.clear()
+        got = normalize.moving_averages_cuda(old_mean, old_var, batch_mean, batch, 0.1)
+        assert launched == [kernel]
+        for a, e in zip(got, moving_averages_portable(old_mean, old_var, batch_mean, batch, 0.1),
+                        strict=True):
+            assert a.shape == e.shape == (5,) and a.dtype == e.dtype
+            np.testing.assert_array_equal(a, e)
+
+
 def test_kernels_launch_in_their_gpus_scope_switching_only_among_several():
     """(no GPU) backends' kernels launch `with gpu.current:`: the GPU's cupy Device (made
     current, the previous one again after) where several are visible, a reusable no-op with
@@ -359,11 +512,14 @@ RAW_KERNELS = {
     "layer_norm": ("SOURCE", ("ln_rows", "ln_grad_rows", "ln_sums", "sum_cols2")),
     "cross_entropy": ("XENT_SOURCE", ("xent_rows",)),
     "flat_concat": ("SOURCE", ("flat_concat",)),
+    "im2col": ("SOURCE", ("im2col", "col2im")),
+    "add_to_fresh": ("SOURCE", ("add_into",)),
+    "relu": ("SOURCE", ("relu", "relu_grad")),
     "index_add": ("SEGMENT_SOURCE", ("segment_sum",)),
     "index_check": ("SOURCE", ("checked_indices",)),
     "normalize": ("SOURCE", ("norm_rows", "norm_cols", "norm_grad_rows", "norm_grad_cols",
-                             "sq_cols_part", "norm_cols_parts", "norm_grad_part",
-                             "norm_grad_cols_parts")),
+                             "moving_averages", "sq_cols_part", "norm_cols_parts",
+                             "norm_grad_part", "norm_grad_cols_parts")),
     "softmax": ("SOURCE", ("softmax_rows", "softmax_grad_rows")),
     "sums": ("SUM_SOURCE", ("sum_rows", "sum_cols_part", "sum_cols")),
 }
@@ -637,33 +793,37 @@ def test_im2col_kernels_index_arithmetic_gathers_the_references_columns():
 
 
 def test_window_kernels_get_their_sizes_in_the_kernels_order(monkeypatch):
-    """(no GPU: numpy in cupy's place) im2col_cuda and col2im_cuda hand their kernels the
-    sizes in the order of the kernels' parameters: IM2COL_CUDA's body run by numpy over
-    the arguments by name gives the reference's columns, and col2im's arguments by name give
+    """(no GPU: numpy in cupy's place) im2col_cuda and col2im_cuda hand their raw kernels the
+    sizes in the order of the kernels' parameters: IM2COL_CUDA's body run by numpy over the
+    arguments by name gives the reference's columns, and col2im's arguments by name give
     the reference's sum of the windows."""
-    import re
     from types import SimpleNamespace as NS
 
-    from needle.backends import im2col
+    from needle.backends import elementwise, im2col
     from needle.ops.im2col import col2im_portable, im2col_portable
 
-    def elementwise_kernel(name, params, outs, body):
-        names = [p.split()[-1] for p in params.split(",")]
+    def raw_kernel(name, source, entry, dtype):
+        assert source is im2col.SOURCE and name == entry
+        names = _kernel_arguments(source, entry)
 
-        def run(*args):
-            kw, out = dict(zip(names, args[:-1], strict=True)), args[-1]
-            kw = {k: (int(v) if re.fullmatch("[A-Z]+", k) else v) for k, v in kw.items()}
-            if name == "im2col":
-                out[...] = _run_c_body(body, out.size, **kw).reshape(out.shape)
+        def launch(grid, block, args):
+            kw = dict(zip(names, args, strict=True))
+            arrays = {k: v for k, v in kw.items() if isinstance(v, np.ndarray)}
+            sizes = {k: int(v) for k, v in kw.items() if k not in arrays}
+            out = arrays["out"]
+            assert (grid, block) == elementwise.flat_grid(out.size) and sizes["n"] == out.size
+            if entry == "im2col":
+                out[...] = _run_c_body(im2col.IM2COL_CUDA, out.size, src=arrays["src"],
+                                       **sizes).reshape(out.shape)
             else:
-                assert (kw["HO"], kw["WO"]) == kw["taps"].shape[2:4]
-                out[...] = col2im_portable(kw["taps"], (kw["N"], kw["H"], kw["W"], kw["C"]),
-                                           (kw["KH"], kw["KW"]), kw["S"], kw["P"])
-            return out
-        return run
+                taps = arrays["taps"]
+                assert (sizes["HO"], sizes["WO"]) == taps.shape[2:4] and sizes["N"] == out.shape[0]
+                out[...] = col2im_portable(taps, tuple(sizes[k] for k in "NHWC"),
+                                           (sizes["KH"], sizes["KW"]), sizes["S"], sizes["P"])
+        return launch
 
     fake = NS(cupy=NS(ascontiguousarray=np.ascontiguousarray, empty=np.empty), **_scopes(),
-              elementwise_kernel=elementwise_kernel)
+              raw_kernel=raw_kernel)
     monkeypatch.setattr(im2col, "device_of", lambda a: fake)
     rng = np.random.default_rng(1)
     a = rng.standard_normal((2, 7, 6, 3))

@@ -300,6 +300,31 @@ def relu_grad_cases(device, rng):
         g[0, :6], a[0, :6] = [-0.0, np.inf, np.nan] * 2, [1, 1, 1, -1, -1, -1]
         a[1, :3] = [0.0, -0.0, np.nan]
         cases.append(((device.asarray(g, dtype=gdt), device.asarray(a, dtype=adt)), {}, 0))
+    xp = device.xp
+    g, a = (device.asarray(rng.standard_normal((4, 5, 6, 3)), dtype="float32")
+            for _ in range(2))
+    nchw = (0, 3, 1, 2)  # both a convolution's channels-last output; then layouts that differ
+    cases.append(((xp.permute_dims(g, nchw), xp.permute_dims(a, nchw)), {}, 0))
+    other = xp.permute_dims(device.asarray(rng.standard_normal((4, 6, 5, 3)), dtype="float32"),
+                            (0, 2, 1, 3))  # (4, 5, 6, 3), laid out otherwise than g
+    cases.append(((g, other), {}, 0))
+    cases.append(((g[:, ::2], a[:, ::2]), {}, 0))  # alike, but not dense
+    return cases
+
+
+def relu_cases(device, rng):
+    """float32 and float64 with 0, -0, inf, -inf and NaN; a channels-last NCHW view, a
+    strided slice and an int64 array (the last two: the reference's on cuda): rtol 0."""
+    cases = []
+    for dtype in ("float32", "float64"):
+        a = rng.standard_normal((3, 41, 7)) * 4
+        a[0, 0, :6] = [0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan]
+        cases.append(((device.asarray(a, dtype=dtype),), {}, 0))
+    xp = device.xp
+    nhwc = device.asarray(rng.standard_normal((4, 5, 6, 3)), dtype="float32")
+    cases.append(((xp.permute_dims(nhwc, (0, 3, 1, 2)),), {}, 0))
+    cases.append(((nhwc[:, ::2],), {}, 0))
+    cases.append(((device.asarray(rng.integers(-5, 5, (4, 6)), dtype="int64"),), {}, 0))
     return cases
 
 
@@ -550,7 +575,7 @@ CASES = {"im2col": im2col_cases, "index_add": index_add_cases,
          "normalize": normalize_cases, "normalize_grad": normalize_grad_cases,
          "batch_norm": batch_norm_cases, "batch_norm_grad": batch_norm_grad_cases,
          "layer_norm": layer_norm_cases, "layer_norm_grad": layer_norm_grad_cases,
-         "dropout": dropout_cases, "relu_grad": relu_grad_cases,
+         "dropout": dropout_cases, "relu_grad": relu_grad_cases, "relu": relu_cases,
          "checked_indices": checked_indices_cases,
          "moving_average": moving_average_cases, "moving_averages": moving_averages_cases,
          "matmul": matmul_cases, "lstm_state": lstm_state_cases,
