@@ -9,6 +9,8 @@ import numpy as np
 
 from . import device_of
 from .dtype_names import dtype_name
+from .elementwise import LOOP, flat_grid
+from .reductions import HELPERS
 
 
 def softmax_xent_cpu(logits: Any, labels: Any) -> tuple[Any, Any, Any]:
@@ -41,10 +43,10 @@ def softmax_xent_grad_cpu(e: Any, sums: Any, labels: Any, g: Any,
     return out
 
 
-# ----- cuda: one block per row forward, one elementwise kernel backward ---------------------
+# ----- cuda: one block per row and one for the mean forward, one raw kernel backward ------
 _TYPES = {"float32": "float", "float64": "double"}
 
-XENT_SOURCE = r"""
+XENT_SOURCE = HELPERS + r"""
 
 __device__ float negative_infinity(float) { return __int_as_float(0xff800000); }
 __device__ double negative_infinity(double) { return __longlong_as_double(0xfff0000000000000ULL); }
@@ -90,7 +92,29 @@ extern "C" __global__ void xent_rows(const T* z, const long long* labels, T* e, 
         loss[r] = log(sum) - (zr[labels[r]] - m);
     }
 }
-"""
+
+// the mean of the n rows' losses, one block: their sum (block_sum's order) times inv = 1 / n
+extern "C" __global__ void xent_mean(const T* loss, T* out, long long n, T inv) {
+    __shared__ T buf[256];
+    T acc = 0;
+    for (long long i = threadIdx.x; i < n; i += blockDim.x) acc += loss[i];
+    T total = block_sum(acc, buf);
+    if (threadIdx.x == 0) out[0] = total * inv;
+}
+
+// g (softmax - onehot(labels)) / rows over e (rows, k) contiguous and its row sums, over its
+// n elements: XENT_GRAD_CUDA's roundings, with scale = g * inv (inv = 1 / rows) as the
+// portable rule's product
+extern "C" __global__ void xent_grad(const T* e, const T* sums, const long long* labels,
+                                     const T* g, T* out, long long n, long long k, T inv) {
+    T scale = g[0] * inv;
+    LOOP {
+        long long r = i / k;
+        T p = mul_rn(e[i], scale / sums[r]);
+        out[i] = (i % k == labels[r]) ? p - scale : p;
+    }
+}
+""".replace("LOOP", LOOP)
 
 #: g (softmax - onehot) / n over e and its row sums, in the portable rule's two roundings
 XENT_GRAD_CUDA = "X p = e * (scale / sums); res = (i % k == label) ? p - scale : p;"
@@ -114,7 +138,10 @@ def softmax_xent_cuda(logits: Any, labels: Any) -> tuple[Any, Any, Any]:
         loss = cp.empty((n,), dtype=z.dtype)
         kernel = gpu.raw_kernel("xent_rows", XENT_SOURCE, "xent_rows", dtype)
         kernel((n,), (256,), (z, labels, e, sums, loss, np.int64(k)))
-        return cp.sum(loss) * (1.0 / n), e, sums
+        mean = cp.empty((), dtype=z.dtype)  # (one launch, where cupy's sum and a product
+        gpu.raw_kernel("xent_mean", XENT_SOURCE, "xent_mean", dtype)(  # cost three times its
+            (1,), (256,), (loss, mean, np.int64(n), z.dtype.type(1.0 / n)))  # host time)
+        return mean, e, sums
 
 
 def softmax_xent_grad_cuda(e: Any, sums: Any, labels: Any, g: Any,
@@ -128,6 +155,15 @@ def softmax_xent_grad_cuda(e: Any, sums: Any, labels: Any, g: Any,
     gpu = device_of(e)
     cp = gpu.cupy
     with gpu.current:
+        if type(g) is type(e) and g.size == 1 and e.flags.c_contiguous and sums.flags.c_contiguous:
+            # one raw kernel, where the scale's product and an ElementwiseKernel were two
+            # launches at twice the host time each
+            labels = cp.ascontiguousarray(labels.astype(cp.int64, copy=False))
+            out, size = cp.empty_like(e), e.size
+            gpu.raw_kernel("xent_grad", XENT_SOURCE, "xent_grad", dtype_name(e.dtype))(
+                *flat_grid(size), (e, sums, labels, cp.ascontiguousarray(g), out,
+                                   np.int64(size), np.int64(k), e.dtype.type(1.0 / n)))
+            return out
         scale = g * (1.0 / n)
         kernel = gpu.elementwise_kernel("xent_grad", "X e, X sums, int64 label, X scale, int64 k",
                                         "X res", XENT_GRAD_CUDA, exact=True)

@@ -15,7 +15,9 @@ five to seven backward.
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+import math
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -105,57 +107,89 @@ extern "C" __global__ void sum_cols2(const T* pw, const T* pb, T* dw, T* db, lon
 """
 
 
-def _fits(x: Any, *others: Any) -> bool:
-    """x of 2 or more axes, none empty, and the others (C,) vectors of its float dtype."""
-    if x.ndim < 2 or x.size == 0 or dtype_name(x.dtype) not in _TYPES:
-        return False
-    c = x.shape[-1]
-    return all(o is not None and o.dtype == x.dtype and tuple(o.shape) == (c,) for o in others)
+class _Rows(NamedTuple):
+    """An (..., C) array of some shape seen as (n, d) rows, and its kernels' launch: worked
+    out once per shape (`_rows`)."""
+
+    n: int
+    d: int
+    keep: tuple[int, ...]  # the statistics' shape, keepdims: (..., 1)
+    grid: tuple[int]  # (n,): a block a row
+    block: tuple[int]
+    d64: Any  # d as the kernels' int64
+    chunks: int | None  # column_parts(n, d): ln_sums' parts, or None (the reference's sums)
+    sums: tuple  # ln_sums' (grid, trailing int64 arguments) and sum_cols2's, where in parts
+
+
+@functools.lru_cache(maxsize=512)
+def _rows(shape: tuple[int, ...]) -> _Rows:
+    d = shape[-1]
+    n = math.prod(shape) // d
+    i64 = np.int64
+    chunks = column_parts(n, d)
+    blocks = (d + 31) // 32
+    if chunks == 1:
+        sums = ((blocks, 1), (i64(n), i64(d), i64(n)))
+    elif chunks is not None:
+        sums = ((blocks, chunks), (i64(n), i64(d), i64(_PART_ROWS)), (blocks,),
+                (i64(chunks), i64(d)))
+    else:
+        sums = ()
+    return _Rows(n, d, tuple(shape[:-1]) + (1,), (n,), (_threads(d),), i64(d), chunks, sums)
 
 
 def layer_norm_cuda(x: Any, w: Any, b: Any, eps: float) -> Any:
     """(out, y, s, mean) as the reference, in one kernel."""
-    if not _fits(x, w, b):
+    shape, t = x.shape, x.dtype
+    dtype = dtype_name(t)
+    if (len(shape) < 2 or not x.size or dtype not in _TYPES or w.dtype != t
+            or b.dtype != t):
         return NotImplemented
-    gpu, dtype, d = device_of(x), dtype_name(x.dtype), x.shape[-1]
+    rows = _rows(shape)
+    if w.shape != (rows.d,) or b.shape != (rows.d,):
+        return NotImplemented
+    gpu = device_of(x)
     cp = gpu.cupy
-    keep = tuple(x.shape[:-1]) + (1,)
     with gpu.current:
         x = cp.ascontiguousarray(x)
-        out, y = cp.empty(x.shape, dtype=x.dtype), cp.empty(x.shape, dtype=x.dtype)
-        s, mean = cp.empty(keep, dtype=x.dtype), cp.empty(keep, dtype=x.dtype)
+        out, y = cp.empty(shape, dtype=t), cp.empty(shape, dtype=t)
+        s, mean = cp.empty(rows.keep, dtype=t), cp.empty(rows.keep, dtype=t)
         gpu.raw_kernel("ln_rows", SOURCE, "ln_rows", dtype)(
-            (x.size // d,), (_threads(d),),
-            (x, cp.ascontiguousarray(w), cp.ascontiguousarray(b), out, y, s, mean,
-             np.int64(d), np.dtype(dtype).type(eps)))
+            rows.grid, rows.block, (x, cp.ascontiguousarray(w), cp.ascontiguousarray(b), out,
+                                    y, s, mean, rows.d64, t.type(eps)))
     return out, y, s, mean
 
 
 def layer_norm_grad_cuda(g: Any, x: Any, w: Any, y: Any, s: Any, mean: Any) -> Any:
     """(dx, dw, db) as the reference, in two kernels (three for many rows and few columns),
     from the forward's y (None: the reference's call)."""
-    if y is None or not _fits(g, w) or tuple(y.shape) != tuple(g.shape) or y.dtype != g.dtype:
+    if y is None:
         return NotImplemented
-    d = g.shape[-1]
-    n = g.size // d
-    chunks = column_parts(n, d)
-    if chunks is None or s.dtype != g.dtype or s.size != n:
+    shape, t = g.shape, g.dtype
+    dtype = dtype_name(t)
+    if (len(shape) < 2 or not g.size or dtype not in _TYPES or w.dtype != t or y.dtype != t
+            or s.dtype != t or y.shape != shape):
+        return NotImplemented
+    rows = _rows(shape)
+    d = rows.d
+    if w.shape != (d,) or s.size != rows.n or rows.chunks is None:
         return NotImplemented  # (the reference's sums are cupy's there)
-    gpu, dtype = device_of(g), dtype_name(g.dtype)
-    cp, i64 = gpu.cupy, np.int64
+    gpu = device_of(g)
+    cp = gpu.cupy
     with gpu.current:
         g, y, w = cp.ascontiguousarray(g), cp.ascontiguousarray(y), cp.ascontiguousarray(w)
-        dx = cp.empty(g.shape, dtype=g.dtype)
+        dx = cp.empty(shape, dtype=t)
         gpu.raw_kernel("ln_grad_rows", SOURCE, "ln_grad_rows", dtype)(
-            (n,), (_threads(d),), (g, y, w, cp.ascontiguousarray(s), dx, i64(d)))
-        dw, db = cp.empty((d,), dtype=g.dtype), cp.empty((d,), dtype=g.dtype)
+            rows.grid, rows.block, (g, y, w, cp.ascontiguousarray(s), dx, rows.d64))
+        dw, db = cp.empty((d,), dtype=t), cp.empty((d,), dtype=t)
         sums = gpu.raw_kernel("ln_sums", SOURCE, "ln_sums", dtype)
-        if chunks == 1:
-            sums(((d + 31) // 32, 1), (32, 32), (g, y, dw, db, i64(n), i64(d), i64(n)))
+        if rows.chunks == 1:
+            grid, sizes = rows.sums
+            sums(grid, (32, 32), (g, y, dw, db, *sizes))
         else:
-            pw, pb = cp.empty((chunks, d), dtype=g.dtype), cp.empty((chunks, d), dtype=g.dtype)
-            sums(((d + 31) // 32, chunks), (32, 32),
-                 (g, y, pw, pb, i64(n), i64(d), i64(_PART_ROWS)))
+            grid, sizes, grid2, sizes2 = rows.sums
+            pw, pb = cp.empty((rows.chunks, d), dtype=t), cp.empty((rows.chunks, d), dtype=t)
+            sums(grid, (32, 32), (g, y, pw, pb, *sizes))
             gpu.raw_kernel("sum_cols2", SOURCE, "sum_cols2", dtype)(
-                ((d + 31) // 32,), (32, 32), (pw, pb, dw, db, i64(chunks), i64(d)))
+                grid2, (32, 32), (pw, pb, dw, db, *sizes2))
     return dx, dw, db

@@ -147,8 +147,11 @@ def test_cuda_wrappers_times_each_wrapper_with_numpy_in_cupys_place(capsys):
     from needle.backends import affine_norm, sums
 
     before = (affine_norm.device_of, sums.device_of)
-    total = cuda_wrappers.main(["--calls", "5"])
+    totals = cuda_wrappers.main(["--calls", "5"])
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 2 + len(cuda_wrappers.cases()) and total > 0
-    assert f"{total:.1f}" in lines[-1]
+    steps = {step for step, *_ in cuda_wrappers.cases()}
+    assert set(totals) == steps and all(t > 0 for t in totals.values())
+    assert len(lines) == 2 + len(cuda_wrappers.cases()) + 2 * len(steps)
+    for step, total in totals.items():
+        assert f"{total:.1f}  a {step} step in all" in "\n".join(lines)
     assert (affine_norm.device_of, sums.device_of) == before

@@ -317,6 +317,71 @@ def test_moving_averages_kernel_gets_its_arguments_in_the_kernels_order(monkeypa
             np.testing.assert_array_equal(a, e)
 
 
+def test_cross_entropy_kernels_get_their_arguments_in_the_kernels_order(monkeypatch):
+    """(no GPU: numpy in cupy's place, the three raw kernels run by numpy over the CUDA
+    signatures' arguments by name) the softmax cross-entropy: its rows, their mean in one
+    launch, and its adjoint over flat memory, against the portable op (to float rounding)."""
+    from types import SimpleNamespace as NS
+
+    from needle.backends import cross_entropy, elementwise
+    from needle.ops.reduce import softmax_xent_grad_portable, softmax_xent_portable
+
+    launched = []
+
+    def xent_rows(grid, z, labels, e, sums, loss, k):
+        n = z.shape[0]
+        assert grid == (n,) and int(k) == z.shape[1]
+        m = z.max(axis=1, keepdims=True)
+        e[...] = np.exp(z - m)
+        sums[...] = e.sum(axis=1, keepdims=True)
+        loss[...] = np.log(sums[:, 0]) - (z[np.arange(n), labels] - m[:, 0])
+
+    def xent_mean(grid, loss, out, n, inv):
+        assert grid == (1,) and int(n) == loss.size and type(inv) is loss.dtype.type
+        out[...] = loss.sum() * inv
+
+    def xent_grad(grid, e, sums, labels, g, out, n, k, inv):
+        assert grid == elementwise.flat_grid(int(n))[0] and int(n) == e.size
+        rows = e.shape[0]
+        assert int(k) == e.shape[1] and np.isclose(inv, 1 / rows) and g.size == 1
+        scale = g.reshape(()) * inv
+        out[...] = e * (scale / sums)
+        out[np.arange(rows), labels] -= scale
+
+    emulations = {"xent_rows": xent_rows, "xent_mean": xent_mean, "xent_grad": xent_grad}
+
+    def raw_kernel(name, source, entry, dtype):
+        assert source is cross_entropy.XENT_SOURCE and name == entry
+        names = _kernel_arguments(source, entry)
+
+        def launch(grid, block, args):
+            launched.append(entry)
+            emulations[entry](grid, **dict(zip(names, args, strict=True)))
+        return launch
+
+    fake = NS(cupy=NS(ascontiguousarray=np.ascontiguousarray, empty=np.empty,
+                      empty_like=np.empty_like, int64=np.int64), **_scopes(),
+              raw_kernel=raw_kernel)
+    monkeypatch.setattr(cross_entropy, "device_of", lambda a: fake)
+    rng = np.random.default_rng(9)
+    for dtype in (np.float32, np.float64):
+        z = (rng.standard_normal((37, 11)) * 3).astype(dtype)
+        labels = rng.integers(0, 11, 37)
+        launched.clear()
+        got = cross_entropy.softmax_xent_cuda(z, labels)
+        want = softmax_xent_portable(z, labels)
+        assert launched == ["xent_rows", "xent_mean"] and got[0].shape == () == want[0].shape
+        for a, b in zip(got, want, strict=True):
+            assert a.dtype == b.dtype == dtype
+            np.testing.assert_allclose(a, b, rtol=1e-5)
+        g = np.asarray(0.7, dtype=dtype)
+        launched.clear()
+        grad = cross_entropy.softmax_xent_grad_cuda(got[1], got[2], labels, g)
+        assert launched == ["xent_grad"] and grad.dtype == dtype
+        np.testing.assert_allclose(grad, softmax_xent_grad_portable(*want[1:], labels, g),
+                                   rtol=1e-5, atol=1e-7)
+
+
 def test_kernels_launch_in_their_gpus_scope_switching_only_among_several():
     """(no GPU) backends' kernels launch `with gpu.current:`: the GPU's cupy Device (made
     current, the previous one again after) where several are visible, a reusable no-op with
@@ -510,7 +575,7 @@ RAW_KERNELS = {
     "affine_norm": ("BN_SOURCE", ("bn_cols", "bn_grad_cols", "bn_cols_parts", "bn_grad_part",
                                   "bn_grad_cols_parts")),
     "layer_norm": ("SOURCE", ("ln_rows", "ln_grad_rows", "ln_sums", "sum_cols2")),
-    "cross_entropy": ("XENT_SOURCE", ("xent_rows",)),
+    "cross_entropy": ("XENT_SOURCE", ("xent_rows", "xent_mean", "xent_grad")),
     "flat_concat": ("SOURCE", ("flat_concat",)),
     "im2col": ("SOURCE", ("im2col", "col2im")),
     "add_to_fresh": ("SOURCE", ("add_into",)),
