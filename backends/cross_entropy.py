@@ -116,6 +116,9 @@ extern "C" __global__ void xent_grad(const T* e, const T* sums, const long long*
 }
 """.replace("LOOP", LOOP)
 
+#: the most rows whose losses one block averages (xent_mean); more go to cupy's sum
+_MEAN_ROWS = 1 << 16
+
 #: g (softmax - onehot) / n over e and its row sums, in the portable rule's two roundings
 XENT_GRAD_CUDA = "X p = e * (scale / sums); res = (i % k == label) ? p - scale : p;"
 
@@ -138,9 +141,11 @@ def softmax_xent_cuda(logits: Any, labels: Any) -> tuple[Any, Any, Any]:
         loss = cp.empty((n,), dtype=z.dtype)
         kernel = gpu.raw_kernel("xent_rows", XENT_SOURCE, "xent_rows", dtype)
         kernel((n,), (256,), (z, labels, e, sums, loss, np.int64(k)))
-        mean = cp.empty((), dtype=z.dtype)  # (one launch, where cupy's sum and a product
+        if n > _MEAN_ROWS:  # (one block would loop long: cupy's sum over many blocks)
+            return cp.sum(loss) * (1.0 / n), e, sums
+        mean = cp.empty((), dtype=z.dtype)  # one launch, where cupy's sum and a product
         gpu.raw_kernel("xent_mean", XENT_SOURCE, "xent_mean", dtype)(  # cost three times its
-            (1,), (256,), (loss, mean, np.int64(n), z.dtype.type(1.0 / n)))  # host time)
+            (1,), (256,), (loss, mean, np.int64(n), z.dtype.type(1.0 / n)))  # host time
         return mean, e, sums
 
 

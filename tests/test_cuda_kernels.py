@@ -380,6 +380,12 @@ def test_cross_entropy_kernels_get_their_arguments_in_the_kernels_order(monkeypa
         assert launched == ["xent_grad"] and grad.dtype == dtype
         np.testing.assert_allclose(grad, softmax_xent_grad_portable(*want[1:], labels, g),
                                    rtol=1e-5, atol=1e-7)
+    monkeypatch.setattr(cross_entropy, "_MEAN_ROWS", 36)  # more rows: cupy's sum of the losses
+    fake.cupy.sum = np.sum
+    launched.clear()
+    got = cross_entropy.softmax_xent_cuda(z, labels)
+    assert launched == ["xent_rows"]
+    np.testing.assert_allclose(got[0], softmax_xent_portable(z, labels)[0], rtol=1e-12)
 
 
 def test_kernels_launch_in_their_gpus_scope_switching_only_among_several():
