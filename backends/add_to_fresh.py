@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from . import device_of
+from . import device_of, elementwise
 from .dtype_names import dtype_name
 from .elementwise import LOOP, flat_grid
 
@@ -58,7 +58,7 @@ def add_to_fresh_cuda(out: Any, b: Any) -> Any:
     out's shape or along its last axis (float32, float64), else cupy's add; else `out + b`."""
     if type(b) is type(out) and b.dtype == out.dtype and out.flags.c_contiguous:
         dtype = dtype_name(out.dtype)
-        c = _period(out.shape, b.shape) if dtype in _FLOATS else None
+        c = _period(out.shape, b.shape) if dtype in _FLOATS and elementwise.RAW else None
         if c is not None and b.flags.c_contiguous:
             n = out.size
             if n:

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from . import device_of
+from . import device_of, elementwise
 from .dtype_names import dtype_name
 from .elementwise import LOOP, flat_grid
 from .reductions import HELPERS
@@ -141,7 +141,7 @@ def softmax_xent_cuda(logits: Any, labels: Any) -> tuple[Any, Any, Any]:
         loss = cp.empty((n,), dtype=z.dtype)
         kernel = gpu.raw_kernel("xent_rows", XENT_SOURCE, "xent_rows", dtype)
         kernel((n,), (256,), (z, labels, e, sums, loss, np.int64(k)))
-        if n > _MEAN_ROWS:  # (one block would loop long: cupy's sum over many blocks)
+        if n > _MEAN_ROWS or not elementwise.RAW:  # (one block would loop long: cupy's sum)
             return cp.sum(loss) * (1.0 / n), e, sums
         mean = cp.empty((), dtype=z.dtype)  # one launch, where cupy's sum and a product
         gpu.raw_kernel("xent_mean", XENT_SOURCE, "xent_mean", dtype)(  # cost three times its
@@ -160,7 +160,8 @@ def softmax_xent_grad_cuda(e: Any, sums: Any, labels: Any, g: Any,
     gpu = device_of(e)
     cp = gpu.cupy
     with gpu.current:
-        if type(g) is type(e) and g.size == 1 and e.flags.c_contiguous and sums.flags.c_contiguous:
+        if (elementwise.RAW and type(g) is type(e) and g.size == 1 and e.flags.c_contiguous
+                and sums.flags.c_contiguous):
             # one raw kernel, where the scale's product and an ElementwiseKernel were two
             # launches at twice the host time each
             labels = cp.ascontiguousarray(labels.astype(cp.int64, copy=False))

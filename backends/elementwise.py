@@ -12,6 +12,10 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+#: False: every wrapper using these kernels launches what it did before them (cupy's
+#: ufuncs and ElementwiseKernels), to compare the two or should a raw kernel fail on a GPU
+RAW = True
+
 #: threads a block, and blocks a launch at most (each thread then loops over the rest)
 THREADS = 256
 MAX_BLOCKS = 1 << 16

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import device_of
+from . import device_of, elementwise
 from .dtype_names import dtype_name
 from .elementwise import LOOP, flat_grid
 
@@ -68,9 +68,13 @@ def im2col_cuda(a: Any, kernel: tuple[int, int], stride: int, padding: int) -> A
         src = cp.ascontiguousarray(a)
         out = cp.empty(out_shape, dtype=a.dtype)
         n = out.size
-        if n:
+        if n and elementwise.RAW:
             gpu.raw_kernel("im2col", SOURCE, "im2col", dtype)(
                 *flat_grid(n), (src, out, np.int64(n), *sizes))
+        elif n:
+            gpu.elementwise_kernel(
+                "im2col", "raw T src, int64 H, int64 W, int64 C, int64 KW, int64 K, int64 S, "
+                "int64 P, int64 HO, int64 WO", "T res", IM2COL_CUDA)(src, *sizes, out)
         return out
 
 
@@ -137,9 +141,13 @@ def col2im_cuda(taps: Any, shape: tuple, kernel: tuple[int, int], stride: int,
         taps = cp.ascontiguousarray(taps)
         out = cp.empty(shape, dtype=taps.dtype)
         n = out.size
-        if n:
+        if n and elementwise.RAW:
             gpu.raw_kernel("col2im", SOURCE, "col2im", dtype)(
                 *flat_grid(n), (taps, out, np.int64(n), *sizes))
+        elif n:
+            gpu.elementwise_kernel(
+                "col2im", "raw T taps, int64 N, int64 H, int64 W, int64 C, int64 KH, int64 KW, "
+                "int64 S, int64 P, int64 HO, int64 WO", "T res", COL2IM_CUDA)(taps, *sizes, out)
         return out
 
 

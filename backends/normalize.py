@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from . import device_of, namespace
+from . import device_of, elementwise, namespace
 from .dtype_names import dtype_name
 from .elementwise import LOOP, flat_grid
 from .reductions import _TYPES, HELPERS, PART_HELPERS, Columns, _layout, _threads, columns
@@ -268,7 +268,7 @@ def moving_averages_cuda(old_mean: Any, old_var: Any, batch_mean: Any, batch_var
     gpu = device_of(old_mean)
     arrays = (old_mean, batch_mean, old_var, batch_var)
     with gpu.current:
-        if size and all(a.flags.c_contiguous for a in arrays):  # (each walked as flat memory)
+        if elementwise.RAW and size and all(a.flags.c_contiguous for a in arrays):  # (flat)
             cp = gpu.cupy
             rm, rv = cp.empty(shape, dtype=t), cp.empty(shape, dtype=t)
             _kernel(gpu, dtype_name(t), "moving_averages")(

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from . import device_of
+from . import device_of, elementwise
 from .dtype_names import dtype_name
 from .elementwise import LOOP, dense, flat_grid
 
@@ -40,7 +40,7 @@ def relu_cuda(a: Any) -> Any:
     """max(a, 0) by one raw kernel (a dense float array), laid out as a; else NotImplemented
     (the reference: cupy's maximum)."""
     dtype = dtype_name(a.dtype)
-    if dtype not in _FLOATS or not a.size or not dense(a):
+    if not elementwise.RAW or dtype not in _FLOATS or not a.size or not dense(a):
         return NotImplemented
     gpu = device_of(a)
     with gpu.current:
@@ -63,7 +63,7 @@ def relu_grad_cuda(g: Any, a: Any) -> Any:
         # convolution's channels-last adjoint would then need copies further on)
         y = gpu.cupy.empty_like(g)
         n = g.size
-        if n and g.strides == a.strides == y.strides and dense(g):
+        if elementwise.RAW and n and g.strides == a.strides == y.strides and dense(g):
             gpu.raw_kernel("relu_grad", SOURCE, "relu_grad", dtype)(
                 *flat_grid(n), (g, a, y, np.int64(n)))
             return y

@@ -266,6 +266,13 @@ def test_elementwise_raw_kernels_walk_flat_memory(monkeypatch):
     out = rng.standard_normal((3, 4)).T  # (not C-ordered: a fresh out + b)
     got = add_to_fresh.add_to_fresh_cuda(out, np.ones(3))
     assert got is not out and launched == ["cupy add"]
+    monkeypatch.setattr(elementwise, "RAW", False)  # every one as before the raw kernels
+    launched.clear()
+    assert relu.relu_cuda(nhwc) is NotImplemented
+    np.testing.assert_array_equal(relu.relu_grad_cuda(nhwc, nhwc), relu_grad_portable(nhwc, nhwc))
+    out = rng.standard_normal((50, 3))
+    add_to_fresh.add_to_fresh_cuda(out, rng.standard_normal(3))
+    assert launched == ["elementwise relu_grad", "cupy add"]
 
 
 def test_moving_averages_kernel_gets_its_arguments_in_the_kernels_order(monkeypatch):
@@ -305,9 +312,11 @@ def test_moving_averages_kernel_gets_its_arguments_in_the_kernels_order(monkeypa
     old_mean, old_var = (rng.standard_normal(5).astype(np.float32) for _ in range(2))
     batch_mean, batch_var = (rng.standard_normal((1, 5, 1, 1)).astype(np.float32)
                              for _ in range(2))
-    for batch, kernel in ((batch_var, "moving_averages"),
-                          (rng.standard_normal((1, 10, 1, 1)).astype(np.float32)[:, ::2],
-                           "elementwise moving_averages")):
+    for batch, kernel, raw in ((batch_var, "moving_averages", True),
+                               (rng.standard_normal((1, 10, 1, 1)).astype(np.float32)[:, ::2],
+                                "elementwise moving_averages", True),
+                               (batch_var, "elementwise moving_averages", False)):
+        monkeypatch.setattr(elementwise, "RAW", raw)
         launched.clear()
         got = normalize.moving_averages_cuda(old_mean, old_var, batch_mean, batch, 0.1)
         assert launched == [kernel]
@@ -867,7 +876,8 @@ def test_window_kernels_get_their_sizes_in_the_kernels_order(monkeypatch):
     """(no GPU: numpy in cupy's place) im2col_cuda and col2im_cuda hand their raw kernels the
     sizes in the order of the kernels' parameters: IM2COL_CUDA's body run by numpy over the
     arguments by name gives the reference's columns, and col2im's arguments by name give
-    the reference's sum of the windows."""
+    the reference's sum of the windows; with elementwise.RAW off, their ElementwiseKernels
+    get the same sizes."""
     from types import SimpleNamespace as NS
 
     from needle.backends import elementwise, im2col
@@ -893,19 +903,33 @@ def test_window_kernels_get_their_sizes_in_the_kernels_order(monkeypatch):
                                            (sizes["KH"], sizes["KW"]), sizes["S"], sizes["P"])
         return launch
 
+    def elementwise_kernel(name, params, outs, body):  # (elementwise.RAW off: as before)
+        names = [p.split()[-1] for p in params.split(",")]
+
+        def run(*args):
+            out = args[-1]
+            launch = raw_kernel(name, im2col.SOURCE, name, "float64")
+            launch(*elementwise.flat_grid(out.size),
+                   (args[0], out, np.int64(out.size), *args[1:-1]))
+            assert names[0] == ("src" if name == "im2col" else "taps")
+            return out
+        return run
+
     fake = NS(cupy=NS(ascontiguousarray=np.ascontiguousarray, empty=np.empty), **_scopes(),
-              raw_kernel=raw_kernel)
+              raw_kernel=raw_kernel, elementwise_kernel=elementwise_kernel)
     monkeypatch.setattr(im2col, "device_of", lambda a: fake)
     rng = np.random.default_rng(1)
     a = rng.standard_normal((2, 7, 6, 3))
-    for kernel, s, p in [((3, 3), 1, 1), ((2, 3), 2, 0), ((5, 5), 3, 2)]:
-        for _ in range(2):  # (the second call: the sizes kept from the first)
-            want = im2col_portable(a, kernel, s, p)
-            np.testing.assert_array_equal(im2col.im2col_cuda(a, kernel, s, p), want)
-        n, ho, wo, _ = want.shape
-        taps = rng.standard_normal((kernel[0] * kernel[1], n, ho, wo, 3))
-        np.testing.assert_allclose(im2col.col2im_cuda(taps, a.shape, kernel, s, p),
-                                   col2im_portable(taps, a.shape, kernel, s, p))
+    for raw in (True, False):
+        monkeypatch.setattr(elementwise, "RAW", raw)
+        for kernel, s, p in [((3, 3), 1, 1), ((2, 3), 2, 0), ((5, 5), 3, 2)]:
+            for _ in range(2):  # (the second call: the sizes kept from the first)
+                want = im2col_portable(a, kernel, s, p)
+                np.testing.assert_array_equal(im2col.im2col_cuda(a, kernel, s, p), want)
+            n, ho, wo, _ = want.shape
+            taps = rng.standard_normal((kernel[0] * kernel[1], n, ho, wo, 3))
+            np.testing.assert_allclose(im2col.col2im_cuda(taps, a.shape, kernel, s, p),
+                                       col2im_portable(taps, a.shape, kernel, s, p))
 
 
 def _kernel_arguments(source: str, entry: str) -> list[str]:
