@@ -32,19 +32,27 @@ def flat_grid(n: int) -> tuple[tuple[int], tuple[int]]:
 
 
 @functools.lru_cache(maxsize=1024)
-def _dense(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
-    # positive strides that, sorted, are those of a C-ordered array of the shape so sorted
-    dims = sorted((s, n) for s, n in zip(strides, shape) if n != 1)
+def _walk(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> tuple | None:
+    # positive strides that, sorted, are those of a C-ordered array of the shape so sorted;
+    # axes of length 1 take no part (their strides are arbitrary)
+    axes = tuple((i, s) for i, (s, n) in enumerate(zip(strides, shape)) if n != 1)
     step = itemsize
-    for s, n in dims:
+    for s, n in sorted((s, shape[i]) for i, s in axes):
         if s != step:
-            return False
+            return None
         step *= n
-    return True
+    return axes
+
+
+def walk(a: Any) -> tuple | None:
+    """How an elementwise kernel walking `a` as flat memory from its first element meets its
+    elements ((axis, stride) of each axis longer than 1), or None where it cannot: `a` does
+    not cover its memory exactly in some order of its axes (C-ordered, or a permuted view of
+    a C-ordered array, as a convolution's NCHW output is). Arrays of one shape and one walk
+    have their elements at the same places."""
+    return _walk(a.shape, a.strides, a.itemsize)
 
 
 def dense(a: Any) -> bool:
-    """Whether `a` covers its memory exactly, in some order of its axes (C-ordered, or a
-    permuted view of a C-ordered array, as a convolution's NCHW output is): then an
-    elementwise kernel may walk it as flat memory from its first element."""
-    return _dense(a.shape, a.strides, a.itemsize)
+    """Whether an elementwise kernel may walk `a` as flat memory (`walk`)."""
+    return _walk(a.shape, a.strides, a.itemsize) is not None

@@ -225,25 +225,27 @@ def test_elementwise_raw_kernels_walk_flat_memory(monkeypatch):
     nhwc = rng.standard_normal((4, 5, 6, 3)).astype(np.float32)
     nhwc[0, 0, 0, :3] = [-0.0, np.nan, -np.inf]
     nchw = nhwc.transpose(0, 3, 1, 2)
-    for x, raw in ((nhwc, True), (nchw, True), (nchw.astype(np.float64), True),
+    pixel = rng.standard_normal((4, 1, 1, 8)).transpose(0, 3, 1, 2)  # 1 x 1: odd strides there
+    for x, raw in ((nhwc, True), (nchw, True), (nchw.astype(np.float64), True), (pixel, True),
                    (nchw[:, :, ::2], False), (np.round(nhwc[1:]).astype(np.int64), False)):
         launched.clear()
         y = relu.relu_cuda(x)
         if not raw:
             assert y is NotImplemented and launched == []
             continue
-        assert launched == ["relu"] and y.strides == x.strides
+        assert launched == ["relu"] and elementwise.walk(y) == elementwise.walk(x)
         np.testing.assert_array_equal(y, np.maximum(x, 0))
-        assert not np.signbit(y[0, 0, 0, 0])  # (-0 gives +0, as numpy's maximum)
+        assert not np.signbit(y[y == 0]).any()  # (-0 gives +0, as numpy's maximum)
     other = rng.standard_normal((4, 6, 5, 3)).astype(np.float32).transpose(0, 2, 1, 3)
     for g, a, kernel in ((nhwc, -nhwc, "relu_grad"), (nchw, nchw[::-1, ::-1].copy()[::-1, ::-1],
                                                       "elementwise relu_grad"),
                          (nchw, nhwc.copy().transpose(0, 3, 1, 2), "relu_grad"),
-                         (nhwc, other, "elementwise relu_grad"),
+                         (nhwc, other, "elementwise relu_grad"), (pixel, -pixel, "relu_grad"),
                          (nhwc[:, ::2], nhwc[:, ::2], "elementwise relu_grad")):
         launched.clear()
         y = relu.relu_grad_cuda(g, a)
-        assert launched == [kernel] and y.strides == np.empty_like(g).strides
+        assert launched == [kernel] and elementwise.walk(y) == elementwise.walk(
+            np.empty_like(g))
         np.testing.assert_array_equal(y, relu_grad_portable(g, a))
     for out_shape, b, how in (((50, 3), rng.standard_normal(3), "add_into"),
                               ((50, 3), rng.standard_normal((1, 3)), "add_into"),
@@ -583,6 +585,28 @@ def test_batch_norm_in_parts_gives_the_references_bits(gpu, shape, channels_last
     np.testing.assert_allclose(cupy.asnumpy(mean).reshape(-1), host.mean(axis=axes), rtol=1e-5,
                                atol=1e-5)
     np.testing.assert_allclose(cupy.asnumpy(var).reshape(-1), host.var(axis=axes), rtol=1e-5)
+
+
+def test_relu_kernel_gives_numpys_maximum_to_the_bit(gpu):
+    """ReLU's raw kernel against numpy's maximum(x, 0), bit patterns compared (-0 gives +0,
+    NaN kept, infinities), C-ordered and a 1 x 1 channels-last view; its adjoint likewise
+    against the portable rule."""
+    from needle.backends.relu import relu_cuda, relu_grad_cuda
+    from needle.ops.unary import relu_grad_portable
+
+    cupy = gpu.cupy
+    host = np.random.default_rng(7).standard_normal((4, 1, 1, 70)).astype(np.float32)
+    host[0, 0, 0, :6] = [0.0, -0.0, np.inf, -np.inf, np.nan, -1e-45]
+    for x in (host, host.transpose(0, 3, 1, 2)):
+        y = relu_cuda(cupy.asarray(x) if x.flags.c_contiguous else
+                      cupy.asarray(host).transpose(0, 3, 1, 2))
+        want = np.maximum(x, 0)
+        assert y.shape == want.shape
+        np.testing.assert_array_equal(cupy.asnumpy(y).view(np.uint32), want.view(np.uint32))
+        g = cupy.asarray(np.random.default_rng(8).standard_normal(y.shape), dtype=cupy.float32)
+        a = cupy.asarray(x)
+        np.testing.assert_array_equal(cupy.asnumpy(relu_grad_cuda(g, a)).view(np.uint32),
+                                      cupy.asnumpy(relu_grad_portable(g, a)).view(np.uint32))
 
 
 #: needle's raw CUDA kernels: module of needle.backends -> (its source's name, its entries)
