@@ -119,8 +119,8 @@ def batch_norm_cuda(x: Any, w: Any, b: Any, eps: float) -> Any:
     parts); `out` and `y` laid out as x."""
     shape, t = x.shape, x.dtype
     dtype = dtype_name(t)
-    if (len(shape) < 2 or dtype not in _TYPES or w.dtype != t or b.dtype != t
-            or not x.size):
+    if (w is None or b is None or len(shape) < 2 or dtype not in _TYPES or w.dtype != t
+            or b.dtype != t or not x.size):
         return NotImplemented
     col = columns(shape)
     if w.shape != (col.c,) or b.shape != (col.c,):
@@ -146,7 +146,7 @@ def batch_norm_cuda(x: Any, w: Any, b: Any, eps: float) -> Any:
 def batch_norm_grad_cuda(g: Any, x: Any, w: Any, y: Any, s: Any, mean: Any) -> Any:
     """(dx, dw, db) as the reference, in one kernel (two for many rows: in parts), from the
     forward's y (None: the reference's call)."""
-    if y is None:
+    if y is None or w is None:
         return NotImplemented
     shape, t = g.shape, g.dtype
     dtype = dtype_name(t)

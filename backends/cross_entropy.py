@@ -107,7 +107,7 @@ extern "C" __global__ void xent_mean(const T* loss, T* out, long long n, T inv) 
 // portable rule's product
 extern "C" __global__ void xent_grad(const T* e, const T* sums, const long long* labels,
                                      const T* g, T* out, long long n, long long k, T inv) {
-    T scale = g[0] * inv;
+    T scale = mul_rn(g[0], inv);  // (never fused into the p - scale below)
     LOOP {
         long long r = i / k;
         T p = mul_rn(e[i], scale / sums[r]);

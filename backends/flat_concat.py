@@ -17,7 +17,7 @@ import numpy as np
 from . import device_of
 from .dtype_names import dtype_name
 
-#: arrays a launch copies (its arguments: SLOTS pointers and SLOTS + 1 starts, 520 bytes of
+#: arrays a launch copies (its arguments: out, SLOTS pointers and SLOTS + 1 starts, 528 bytes of
 #: the 4 KB a kernel's arguments may take)
 SLOTS = 32
 #: blocks of 256 threads per array at most (each thread copies every 256 * _BLOCKS-th element)

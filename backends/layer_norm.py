@@ -142,8 +142,8 @@ def layer_norm_cuda(x: Any, w: Any, b: Any, eps: float) -> Any:
     """(out, y, s, mean) as the reference, in one kernel."""
     shape, t = x.shape, x.dtype
     dtype = dtype_name(t)
-    if (len(shape) < 2 or not x.size or dtype not in _TYPES or w.dtype != t
-            or b.dtype != t):
+    if (w is None or b is None or len(shape) < 2 or not x.size or dtype not in _TYPES
+            or w.dtype != t or b.dtype != t):
         return NotImplemented
     rows = _rows(shape)
     if w.shape != (rows.d,) or b.shape != (rows.d,):
@@ -163,7 +163,7 @@ def layer_norm_cuda(x: Any, w: Any, b: Any, eps: float) -> Any:
 def layer_norm_grad_cuda(g: Any, x: Any, w: Any, y: Any, s: Any, mean: Any) -> Any:
     """(dx, dw, db) as the reference, in two kernels (three for many rows and few columns),
     from the forward's y (None: the reference's call)."""
-    if y is None:
+    if y is None or w is None:
         return NotImplemented
     shape, t = g.shape, g.dtype
     dtype = dtype_name(t)

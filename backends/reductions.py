@@ -160,7 +160,7 @@ __device__ void grad_part(const T* g, const T* y, const T* w, T* part, long long
         T gv = g[i * d + j], yv = y[i * d + j];
         T gw = w ? mul_rn(gv, wj) : gv;
         a += gw;
-        b += gw * yv;
+        b += mul_rn(gw, yv);  // (rounded on its own: the same bits whether w is given or not)
         gy += mul_rn(gv, yv);
         gs += gv;
     }
@@ -194,8 +194,8 @@ __device__ void grad_cols_apply(const T* g, const T* y, const T* w, const T* s,
     part_range(n, rows, &start, &stop);
     T wj = w ? w[j] : (T)0, sj = s[j];
     for (long long i = start + threadIdx.y; i < stop; i += 32) {
-        T gw = w ? mul_rn(g[i * d + j], wj) : g[i * d + j];
-        dx[i * d + j] = sj * (gw - mg - y[i * d + j] * mgy);
+        T gw = w ? mul_rn(g[i * d + j], wj) : g[i * d + j];  // sj (gw - mg - y mgy), each
+        dx[i * d + j] = mul_rn(sj, add_rn(gw - mg, -mul_rn(y[i * d + j], mgy)));  // rounded
     }
     if (w && blockIdx.y == 0 && threadIdx.y == 0) {
         dw[j] = sum_gy;
@@ -257,8 +257,8 @@ def stat_rows(n: int, d: int) -> int | None:
     over the rows are SUM's to the bit, or for more parts than SUM makes, n / 1,024 rows per
     part; None where one block per 32 columns sums all n rows."""
     chunks = column_parts(n, d)
-    if chunks is None:
-        return -(-n // 1024)
+    if chunks is None:  # (parts of more rows: as many parts as column_parts allows at most)
+        return -(-n // (_MAX_TERMS_PER_BLOCK // 32))
     return _PART_ROWS if chunks > _MIN_STAT_PARTS else None
 
 
