@@ -1,7 +1,8 @@
 """Host time of the Python around needle's cuda kernels, on any machine: each wrapper in
 backends/ (BatchNorm, SUM, ReLU's adjoint, ...) called with numpy standing in for cupy and
 kernels that do nothing, so what is timed is needle's own Python plus numpy's allocations and
-views (cupy's cost more: benchmarks/launch_costs.py measures those on a GPU). Shapes are
+views (cupy's cost more: benchmarks/launch_costs.py measures those on a GPU), each also as a
+multiple of PyTorch's host time for one small op on the cpu, measured in the same run. Shapes are
 ResNet9's at batch 1,024 and the transformer's at 256 (or smaller, where numpy's allocation
 would be what is timed), with the number of calls one training step makes (the seventh
 session's profiles), and their total a step.
@@ -118,6 +119,17 @@ def cases() -> list[tuple[str, str, int, Callable[[], Any]]]:
     ]
 
 
+def _torch_op_us(calls: int) -> float | None:
+    """PyTorch's host time for one small op on the cpu (its dispatcher's per-op cost: what
+    each of these wrappers adds to a launch), or None without PyTorch."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    t = torch.zeros(4, 16)
+    return best_of(lambda: torch.relu(t), calls, 5) * 1e6
+
+
 def main(argv: list[str] | None = None) -> dict[str, float]:
     """Print each wrapper's host time a call and their total a step; returns the totals (us)
     by step."""
@@ -131,20 +143,26 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     for m in modules:
         m.device_of = lambda a: fake
     try:
+        a = np.zeros((4, 16), np.float32)
+        numpy_us = best_of(lambda: np.add(a, a, out=a), args.calls, 5) * 1e6
+        torch_us = _torch_op_us(args.calls)
+        unit = torch_us or numpy_us
+        print(f"us a call (best of 5 runs), the same in {'PyTorch' if torch_us else 'numpy'}'s "
+              "op calls, calls a step, us a step")
         totals: dict[str, float] = {}
-        print("us a call (best of 5 runs), calls a step, us a step")
         for step, name, per_step, f in cases():
             if step not in totals:
                 print(f"-- {step}")
                 totals[step] = 0.0
             us = best_of(f, args.calls, 5) * 1e6
             totals[step] += us * per_step
-            print(f"{us:8.2f} {per_step:4d} {us * per_step:8.1f}  {name}", flush=True)
-        a = np.zeros((4, 16), np.float32)
-        scale = best_of(lambda: np.add(a, a, out=a), args.calls, 5) * 1e6
+            print(f"{us:8.2f} {us / unit:6.1f}x {per_step:4d} {us * per_step:8.1f}  {name}",
+                  flush=True)
         for step, total in totals.items():
-            print(f"{total:22.1f}  a {step} step in all")
-        print(f"(for scale: numpy's own np.add(out=) on 4 x 16 here: {scale:.2f} us)")
+            print(f"{total:30.1f}  a {step} step in all")
+        print(f"(for scale, measured in the same run: numpy's np.add(out=) on 4 x 16 {numpy_us:.2f}"
+              " us" + (f", PyTorch's torch.relu on a 4 x 16 cpu tensor {torch_us:.2f} us)"
+                       if torch_us else ")"))
     finally:
         for m, f in zip(modules, saved):
             m.device_of = f
