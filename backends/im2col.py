@@ -65,17 +65,8 @@ def im2col_cuda(a: Any, kernel: tuple[int, int], stride: int, padding: int) -> A
     out_shape, sizes = _im2col_sizes(a.shape, kernel, stride, padding)
     dtype = dtype_name(a.dtype)
     with gpu.current:
-        src = cp.ascontiguousarray(a)
         out = cp.empty(out_shape, dtype=a.dtype)
-        n = out.size
-        if n and elementwise.RAW:
-            gpu.raw_kernel("im2col", SOURCE, "im2col", dtype)(
-                *flat_grid(n), (src, out, np.int64(n), *sizes))
-        elif n:
-            gpu.elementwise_kernel(
-                "im2col", "raw T src, int64 H, int64 W, int64 C, int64 KW, int64 K, int64 S, "
-                "int64 P, int64 HO, int64 WO", "T res", IM2COL_CUDA)(src, *sizes, out)
-        return out
+        return _gather(gpu, "im2col", cp.ascontiguousarray(a), out, sizes, dtype)
 
 
 @functools.lru_cache(maxsize=256)
@@ -138,17 +129,29 @@ def col2im_cuda(taps: Any, shape: tuple, kernel: tuple[int, int], stride: int,
     sizes = _col2im_sizes(tuple(shape), kernel, stride, padding, taps.shape[2], taps.shape[3])
     dtype = dtype_name(taps.dtype)
     with gpu.current:
-        taps = cp.ascontiguousarray(taps)
         out = cp.empty(shape, dtype=taps.dtype)
-        n = out.size
-        if n and elementwise.RAW:
-            gpu.raw_kernel("col2im", SOURCE, "col2im", dtype)(
-                *flat_grid(n), (taps, out, np.int64(n), *sizes))
-        elif n:
-            gpu.elementwise_kernel(
-                "col2im", "raw T taps, int64 N, int64 H, int64 W, int64 C, int64 KH, int64 KW, "
-                "int64 S, int64 P, int64 HO, int64 WO", "T res", COL2IM_CUDA)(taps, *sizes, out)
-        return out
+        return _gather(gpu, "col2im", cp.ascontiguousarray(taps), out, sizes, dtype)
+
+
+#: the ElementwiseKernels of the two (what runs with elementwise.RAW off): parameters, body
+_ELEMENTWISE = {
+    "im2col": ("raw T src, int64 H, int64 W, int64 C, int64 KW, int64 K, int64 S, int64 P, "
+               "int64 HO, int64 WO", IM2COL_CUDA),
+    "col2im": ("raw T taps, int64 N, int64 H, int64 W, int64 C, int64 KH, int64 KW, int64 S, "
+               "int64 P, int64 HO, int64 WO", COL2IM_CUDA),
+}
+
+
+def _gather(gpu: Any, name: str, src: Any, out: Any, sizes: tuple, dtype: str) -> Any:
+    """Every element of `out` by kernel `name` ("im2col" or "col2im") reading `src`: the raw
+    kernel, or with elementwise.RAW off its ElementwiseKernel; returns out."""
+    n = out.size
+    if n and elementwise.RAW:
+        gpu.raw_kernel(name, SOURCE, name, dtype)(*flat_grid(n), (src, out, np.int64(n), *sizes))
+    elif n:
+        params, body = _ELEMENTWISE[name]
+        gpu.elementwise_kernel(name, params, "T res", body)(src, *sizes, out)
+    return out
 
 
 @functools.lru_cache(maxsize=256)
