@@ -76,6 +76,18 @@ def _class_named(name: str) -> Callable[[Any], bool]:
     return lambda obj: obj.__class__.__name__ == name
 
 
+_GPUS: dict[int, Device] = {}  # GPU index -> cuda(index), for _cuda_of
+
+
+def _cuda_of(array: Any) -> Device:
+    # (a.data.device_id: the memory's GPU as a plain int; a.device makes a cupy Device each
+    # time, and every cuda kernel asks for its arrays' device: one dict lookup)
+    gpu = _GPUS.get(array.data.device_id)
+    if gpu is None:
+        gpu = _GPUS[array.data.device_id] = cuda(array.data.device_id)
+    return gpu
+
+
 def _strict_device_of(array: Any) -> Device:
     import array_api_strict as xs
 
@@ -109,10 +121,7 @@ class DeviceKind(NamedTuple):
 #: Device subclass and one row here.
 DEVICES: dict[str, DeviceKind] = {
     "cpu": DeviceKind(cpu, ("numpy",), _numeric_numpy, lambda a: cpu()),
-    # (a.data.device_id: the memory's GPU as a plain int; a.device makes a cupy Device each
-    # time, and every cuda kernel asks for its arrays' device)
-    "cuda": DeviceKind(cuda, ("cupy",), _class_named("ndarray"),
-                       lambda a: cuda(a.data.device_id)),
+    "cuda": DeviceKind(cuda, ("cupy",), _class_named("ndarray"), _cuda_of),
     "strict": DeviceKind(strict, ("array_api_strict",), _class_named("Array"),
                          _strict_device_of),
     "torch": DeviceKind(torch, ("torch",), _class_named("Tensor"),

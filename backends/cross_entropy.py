@@ -136,7 +136,7 @@ def softmax_xent_cuda(logits: Any, labels: Any) -> tuple[Any, Any, Any]:
     with gpu.current:
         z = cp.ascontiguousarray(logits)
         labels = cp.ascontiguousarray(labels.astype(cp.int64, copy=False))
-        e = cp.empty_like(z)
+        e = cp.empty(z.shape, dtype=z.dtype)
         sums = cp.empty((n, 1), dtype=z.dtype)
         loss = cp.empty((n,), dtype=z.dtype)
         kernel = gpu.raw_kernel("xent_rows", XENT_SOURCE, "xent_rows", dtype)
@@ -165,7 +165,7 @@ def softmax_xent_grad_cuda(e: Any, sums: Any, labels: Any, g: Any,
             # one raw kernel, where the scale's product and an ElementwiseKernel were two
             # launches at twice the host time each
             labels = cp.ascontiguousarray(labels.astype(cp.int64, copy=False))
-            out, size = cp.empty_like(e), e.size
+            out, size = cp.empty(e.shape, dtype=e.dtype), e.size
             gpu.raw_kernel("xent_grad", XENT_SOURCE, "xent_grad", dtype_name(e.dtype))(
                 *flat_grid(size), (e, sums, labels, cp.ascontiguousarray(g), out,
                                    np.int64(size), np.int64(k), e.dtype.type(1.0 / n)))

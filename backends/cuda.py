@@ -158,10 +158,10 @@ class CUDADevice(Device):
         """needle's own cupy RawKernel `entry` of CUDA C `source` with its element type `T`
         the C type of `dtype` ("float32", "float64" or "int64"), compiled on first use;
         launched as kernel(grid, block, args)."""
-        key = f"{name}_{dtype}"
-        kernel = _KERNELS.get(key)
+        kernel = _KERNELS.get((name, dtype))
         if kernel is None:
-            kernel = _KERNELS[key] = self.cupy.RawKernel(typed_source(source, dtype), entry)
+            kernel = _KERNELS[name, dtype] = self.cupy.RawKernel(typed_source(source, dtype),
+                                                                 entry)
         return kernel
 
     def _new_generator(self, seed: int) -> list[int]:
@@ -244,7 +244,7 @@ class CUDADevice(Device):
 
 
 #: needle's own cupy kernels by name, compiled on first use
-_KERNELS: dict[str, Any] = {}
+_KERNELS: dict[str | tuple[str, str], Any] = {}
 
 #: the C element type `T` of needle's raw kernels, per dtype
 C_TYPES = {"float32": "float", "float64": "double", "int64": "long long"}

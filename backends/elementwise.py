@@ -56,3 +56,11 @@ def walk(a: Any) -> tuple | None:
 def dense(a: Any) -> bool:
     """Whether an elementwise kernel may walk `a` as flat memory (`walk`)."""
     return _walk(a.shape, a.strides, a.itemsize) is not None
+
+
+def empty_as(cp: Any, a: Any) -> Any:
+    """A fresh array laid out as `a` (one that `dense` allows: its strides then cover memory
+    of a.nbytes exactly): one allocation from cupy's pool, where cupy's empty_like works the
+    layout out again in Python and allocates twice (7.3 us of host time against 4.1 for
+    cupy.empty on the H100, benchmarks/launch_costs.py)."""
+    return cp.ndarray(a.shape, a.dtype, cp.cuda.alloc(a.nbytes), a.strides)

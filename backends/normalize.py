@@ -187,7 +187,7 @@ def normalize_cuda(x: Any, axes: tuple[int, ...], eps: float) -> tuple[Any, Any,
     keep = tuple(1 if i in axes else size for i, size in enumerate(x.shape))
     with gpu.current:
         x = cp.ascontiguousarray(x)
-        y = cp.empty_like(x)
+        y = cp.empty(x.shape, dtype=x.dtype)
         s, mean, var = (cp.empty(keep, dtype=x.dtype) for _ in range(3))
         e = np.dtype(dtype).type(eps)
         if how == "rows":
@@ -221,7 +221,7 @@ def normalize_grad_cuda(g: Any, y: Any, s: Any, axes: tuple[int, ...]) -> Any:
     how, n, d = layout
     with gpu.current:
         g, y, s = (cp.ascontiguousarray(a) for a in (g, y, s))
-        dx = cp.empty_like(y)
+        dx = cp.empty(y.shape, dtype=y.dtype)
         if how == "rows":
             _kernel(gpu, dtype, "norm_grad_rows")((n,), (_threads(d),), (g, y, s, dx, np.int64(d)))
         elif (col := columns((n, d))).part_rows is None:

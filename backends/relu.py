@@ -18,7 +18,7 @@ import numpy as np
 
 from . import device_of, elementwise
 from .dtype_names import dtype_name
-from .elementwise import LOOP, dense, flat_grid, walk
+from .elementwise import LOOP, dense, empty_as, flat_grid, walk
 
 #: y = g * (a > 0 ? 1 : 0)
 RELU_GRAD_CUDA = "y = g * (a > (X)0 ? (X)1 : (X)0);"
@@ -44,9 +44,7 @@ def relu_cuda(a: Any) -> Any:
         return NotImplemented
     gpu = device_of(a)
     with gpu.current:
-        y = gpu.cupy.empty_like(a)
-        if walk(y) != walk(a):
-            return NotImplemented
+        y = empty_as(gpu.cupy, a)
         n = a.size
         gpu.raw_kernel("relu", SOURCE, "relu", dtype)(*flat_grid(n), (a, y, np.int64(n)))
     return y
@@ -61,10 +59,11 @@ def relu_grad_cuda(g: Any, a: Any) -> Any:
     with gpu.current:
         # into an array laid out as g (a kernel's own output would be C-ordered: a
         # convolution's channels-last adjoint would then need copies further on)
-        y = gpu.cupy.empty_like(g)
         n = g.size
-        if elementwise.RAW and n and walk(g) is not None and walk(g) == walk(a) == walk(y):
+        if elementwise.RAW and n and walk(g) is not None and walk(g) == walk(a):
+            y = empty_as(gpu.cupy, g)
             gpu.raw_kernel("relu_grad", SOURCE, "relu_grad", dtype)(
                 *flat_grid(n), (g, a, y, np.int64(n)))
             return y
+        y = gpu.cupy.empty_like(g)
         return gpu.elementwise_kernel("relu_grad", "X g, X a", "X y", RELU_GRAD_CUDA)(g, a, y)

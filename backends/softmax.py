@@ -146,7 +146,7 @@ def softmax_cuda(a: Any, temperature: float, causal: bool) -> Any:
     t = np.dtype(dtype).type
     with gpu.current:
         a = cp.ascontiguousarray(a)
-        out = cp.empty_like(a)
+        out = cp.empty(a.shape, dtype=a.dtype)
         _kernel(gpu, dtype, "softmax_rows")(
             (a.size // d,), (_threads(d),),
             (a, out, np.int64(d), np.int64(a.shape[-2] if causal else 1), t(temperature),
@@ -165,7 +165,7 @@ def softmax_grad_cuda(y: Any, g: Any, temperature: float) -> Any:
     d = y.shape[-1]
     with gpu.current:
         y, g = cp.ascontiguousarray(y), cp.ascontiguousarray(g)
-        out = cp.empty_like(y)
+        out = cp.empty(y.shape, dtype=y.dtype)
         _kernel(gpu, dtype, "softmax_grad_rows")(
             (y.size // d,), (_threads(d),),
             (y, g, out, np.int64(d), np.dtype(dtype).type(temperature)))

@@ -51,7 +51,10 @@ def stand_in() -> Any:
 
     cupy = SimpleNamespace(ascontiguousarray=np.ascontiguousarray, empty=np.empty,
                            empty_like=np.empty_like, add=np.add, reshape=np.reshape,
-                           int64=np.int64)
+                           int64=np.int64,
+                           cuda=SimpleNamespace(alloc=lambda n: np.empty(n, np.uint8)),
+                           ndarray=lambda shape, dtype, mem, strides: np.ndarray(
+                               shape, dtype, mem, 0, strides))
     return SimpleNamespace(cupy=cupy, native=contextlib.nullcontext(),
                            current=contextlib.nullcontext(), raw_kernel=raw_kernel,
                            elementwise_kernel=elementwise_kernel)

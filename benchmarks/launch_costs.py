@@ -39,7 +39,7 @@ def timer(sync: Callable[[], None]) -> Callable[[str, Callable[[], object]], Non
 
 
 def cupy_calls(dev: ndl.Device) -> None:
-    from needle.backends import add_to_fresh, matmul, normalize, relu, sums
+    from needle.backends import add_to_fresh, elementwise, matmul, normalize, relu, sums
 
     cp = dev.cupy
     t = timer(cp.cuda.Device().synchronize)
@@ -58,6 +58,10 @@ def cupy_calls(dev: ndl.Device) -> None:
         t("RawKernel rg((16,), (256,), (g, a, y, n))", lambda: raw((16,), (256,), (a, b, y, n64)))
         t("cupy.empty((64, 64))", lambda: cp.empty((64, 64), dtype=cp.float32))
         t("cupy.empty_like(a)", lambda: cp.empty_like(a))
+        nchw = cp.empty((8, 8, 8, 16), dtype=cp.float32).transpose(0, 3, 1, 2)  # a conv's
+        t("cupy.empty_like(an NCHW view of NHWC)", lambda: cp.empty_like(nchw))
+        t("needle empty_as(an NCHW view of NHWC)", lambda: elementwise.empty_as(cp, nchw))
+        t("needle relu_cuda(an NCHW view of NHWC)", lambda: relu.relu_cuda(nchw))
         t("a.reshape(4096)", lambda: a.reshape(4096))
         t("a.transpose((1, 0))", lambda: a.transpose((1, 0)))
         t("cupy.ascontiguousarray(a.T) (a copy kernel)", lambda: cp.ascontiguousarray(a.T))

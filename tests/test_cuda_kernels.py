@@ -20,6 +20,12 @@ def _scopes() -> dict:
     return {"native": contextlib.nullcontext(), "current": contextlib.nullcontext()}
 
 
+def _numpy_ndarray(shape, dtype, memory, strides):
+    """cupy.ndarray(shape, dtype, memptr, strides) for a stand-in cupy: numpy's, over memory
+    from `bytearray` standing in for cupy.cuda.alloc."""
+    return np.ndarray(shape, dtype, memory, 0, strides)
+
+
 @pytest.fixture
 def gpu():
     dev = ndl.cuda()
@@ -217,7 +223,8 @@ def test_elementwise_raw_kernels_walk_flat_memory(monkeypatch):
         launched.append("cupy add")
         return np.add(a, b, out=out)
 
-    fake = NS(cupy=NS(empty_like=np.empty_like, add=add), **_scopes(), raw_kernel=raw_kernel,
+    fake = NS(cupy=NS(empty_like=np.empty_like, add=add, ndarray=_numpy_ndarray,
+                      cuda=NS(alloc=bytearray)), **_scopes(), raw_kernel=raw_kernel,
               elementwise_kernel=elementwise_kernel)
     for module in (add_to_fresh, relu):
         monkeypatch.setattr(module, "device_of", lambda a: fake)
@@ -370,8 +377,8 @@ def test_cross_entropy_kernels_get_their_arguments_in_the_kernels_order(monkeypa
             emulations[entry](grid, **dict(zip(names, args, strict=True)))
         return launch
 
-    fake = NS(cupy=NS(ascontiguousarray=np.ascontiguousarray, empty=np.empty,
-                      empty_like=np.empty_like, int64=np.int64), **_scopes(),
+    fake = NS(cupy=NS(ascontiguousarray=np.ascontiguousarray, empty=np.empty, int64=np.int64),
+              **_scopes(),
               raw_kernel=raw_kernel)
     monkeypatch.setattr(cross_entropy, "device_of", lambda a: fake)
     rng = np.random.default_rng(9)
@@ -793,8 +800,7 @@ def _fake_gpu(emulations, launched):
             emulations[entry](grid, **dict(zip(names, args)))
         return launch
 
-    return NS(cupy=NS(ascontiguousarray=np.ascontiguousarray, empty=np.empty,
-                      empty_like=np.empty_like),
+    return NS(cupy=NS(ascontiguousarray=np.ascontiguousarray, empty=np.empty),
               **_scopes(), raw_kernel=raw_kernel)
 
 
