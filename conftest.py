@@ -8,12 +8,21 @@ marked `slow` run by default; `-m "not slow"` leaves them out.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Generator
 
 import pytest
 
 from needle import backends
+
+# jax takes 75% of a GPU's memory at start in every process that uses it: with pytest-xdist's
+# workers (and the Python subprocesses some tests start) on one GPU, the others then run out
+# of memory (on an H100 without this: 171 cuda tests failed, 2026-11-27). The suite's
+# processes let jax allocate as it goes, unless whoever runs it chose otherwise.
+#: whether the environment named jax's preallocation itself (then it is left as named)
+JAX_PREALLOCATE_NAMED = "XLA_PYTHON_CLIENT_PREALLOCATE" in os.environ
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 # user_properties entry of a test skipped because its device is unavailable
 DEVICE_SKIP = "needle_unavailable_device"

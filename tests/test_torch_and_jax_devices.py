@@ -6,6 +6,7 @@ Everything else about them is the whole suite run on them (the `device` fixture'
 
 from __future__ import annotations
 
+import os
 import pickle
 import subprocess
 import sys
@@ -35,6 +36,14 @@ def test_names_identity_and_pickling():
     with pytest.raises(ValueError, match="jax device"):
         ndl.jax("mps")
     assert ndl.all_devices() == [ndl.cpu(), ndl.cuda(), ndl.strict(), ndl.torch(), ndl.jax()]
+
+
+def test_the_suite_lets_jax_allocate_as_it_goes():
+    """conftest.py's default, which this file's subprocesses inherit: jax would otherwise take
+    75% of a GPU's memory in each process, and the suite's other workers run out."""
+    import conftest
+
+    assert conftest.JAX_PREALLOCATE_NAMED or os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
 
 
 def run_python(code: str) -> str:
