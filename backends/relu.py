@@ -59,8 +59,8 @@ def relu_grad_cuda(g: Any, a: Any) -> Any:
     with gpu.current:
         # into an array laid out as g (a kernel's own output would be C-ordered: a
         # convolution's channels-last adjoint would then need copies further on)
-        n = g.size
-        if elementwise.RAW and n and walk(g) is not None and walk(g) == walk(a):
+        n, layout = g.size, walk(g)
+        if elementwise.RAW and n and layout is not None and layout == walk(a):
             y = empty_as(gpu.cupy, g)
             gpu.raw_kernel("relu_grad", SOURCE, "relu_grad", dtype)(
                 *flat_grid(n), (g, a, y, np.int64(n)))
