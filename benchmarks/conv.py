@@ -21,6 +21,7 @@ import os
 import time
 
 import numpy as np
+import torch_models
 from harness import fresh_process_rounds, timed_steps
 
 import needle as ndl
@@ -109,24 +110,7 @@ def torch_step():
     from torch import nn
 
     torch.manual_seed(0)
-
-    def conv_bn(a, b, k, s):
-        return nn.Sequential(nn.Conv2d(a, b, k, s, k // 2), nn.BatchNorm2d(b), nn.ReLU())
-
-    class Residual(nn.Module):
-        def __init__(self, fn):
-            super().__init__()
-            self.fn = fn
-
-        def forward(self, x):
-            return self.fn(x) + x
-
-    model = nn.Sequential(
-        conv_bn(3, 16, 7, 4), conv_bn(16, 32, 3, 2),
-        Residual(nn.Sequential(conv_bn(32, 32, 3, 1), conv_bn(32, 32, 3, 1))),
-        conv_bn(32, 64, 3, 2), conv_bn(64, 128, 3, 2),
-        Residual(nn.Sequential(conv_bn(128, 128, 3, 1), conv_bn(128, 128, 3, 1))),
-        nn.Flatten(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 10))
+    model = torch_models.resnet9()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     X = torch.rand(BATCH, 3, 32, 32)
     y = torch.randint(0, 10, (BATCH,))

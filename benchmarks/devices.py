@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch_models  # noqa: E402
 from harness import fresh_process_rounds, timed_steps  # noqa: E402
 
 DEVICES = {"cpu": ("cpu", None), "torch:cpu": ("torch", "cpu"), "jax": ("jax", None),
@@ -65,24 +66,7 @@ def torch_step(hidden: int, bs: int):
     from torch import nn
 
     torch.manual_seed(0)
-
-    class Residual(nn.Module):
-        def __init__(self, fn):
-            super().__init__()
-            self.fn = fn
-
-        def forward(self, x):
-            return self.fn(x) + x
-
-    def block(dim, h):
-        return nn.Sequential(
-            Residual(nn.Sequential(nn.Linear(dim, h), nn.BatchNorm1d(h), nn.ReLU(),
-                                   nn.Dropout(0.1), nn.Linear(h, dim), nn.BatchNorm1d(dim))),
-            nn.ReLU())
-
-    model = nn.Sequential(nn.Linear(784, hidden), nn.ReLU(),
-                          *[block(hidden, hidden // 2) for _ in range(3)],
-                          nn.Linear(hidden, 10))
+    model = torch_models.mlp_resnet(hidden)
     opt = torch.optim.Adam(model.parameters(), lr=0.001, weight_decay=0.001)
     loss_fn = nn.CrossEntropyLoss()
     model.train()

@@ -33,6 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the other benchmarks' models
 
+import torch_models as torch_models_of  # noqa: E402
 from harness import interleaved_ms  # noqa: E402
 
 import needle as ndl  # noqa: E402
@@ -129,37 +130,13 @@ def needle_step(kind: str, size: int | None, batch: int, device: ndl.Device,
 
 # ----- PyTorch steps ---------------------------------------------------------------------------
 def torch_models(kind: str, size: int | None):
-    import torch
-    from torch import nn
-
-    class Residual(nn.Module):
-        def __init__(self, fn):
-            super().__init__()
-            self.fn = fn
-
-        def forward(self, x):
-            return self.fn(x) + x
-
+    """The PyTorch twin of the row's needle model (benchmarks/torch_models.py)."""
     if kind == "mlp":
-        def block(dim, h):
-            return nn.Sequential(
-                Residual(nn.Sequential(nn.Linear(dim, h), nn.BatchNorm1d(h), nn.ReLU(),
-                                       nn.Dropout(0.1), nn.Linear(h, dim), nn.BatchNorm1d(dim))),
-                nn.ReLU())
-        return nn.Sequential(nn.Linear(784, size), nn.ReLU(),
-                             *[block(size, size // 2) for _ in range(3)], nn.Linear(size, 10))
+        return torch_models_of.mlp_resnet(size)
     if kind == "resnet9":
-        def conv_bn(a, b, k, s):
-            return nn.Sequential(nn.Conv2d(a, b, k, s, k // 2), nn.BatchNorm2d(b), nn.ReLU())
-        return nn.Sequential(
-            conv_bn(3, 16, 7, 4), conv_bn(16, 32, 3, 2),
-            Residual(nn.Sequential(conv_bn(32, 32, 3, 1), conv_bn(32, 32, 3, 1))),
-            conv_bn(32, 64, 3, 2), conv_bn(64, 128, 3, 2),
-            Residual(nn.Sequential(conv_bn(128, 128, 3, 1), conv_bn(128, 128, 3, 1))),
-            nn.Flatten(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 10))
+        return torch_models_of.resnet9()
     from transformer import torch_transformer
 
-    del torch
     return torch_transformer(E, HIDDEN, LAYERS, HEADS, DIM_HEAD, 2048)
 
 

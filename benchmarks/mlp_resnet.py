@@ -26,6 +26,7 @@ import statistics
 import time
 
 import numpy as np
+import torch_models
 from harness import fresh_process_rounds, peak_rss_mb
 
 import needle as ndl
@@ -66,24 +67,7 @@ def torch_epoch(X, y, hidden, bs) -> float:
     from torch import nn
 
     torch.manual_seed(0)
-
-    def block(dim, h):
-        return nn.Sequential(
-            Residual(nn.Sequential(nn.Linear(dim, h), nn.BatchNorm1d(h), nn.ReLU(),
-                                   nn.Dropout(0.1), nn.Linear(h, dim), nn.BatchNorm1d(dim))),
-            nn.ReLU())
-
-    class Residual(nn.Module):
-        def __init__(self, fn):
-            super().__init__()
-            self.fn = fn
-
-        def forward(self, x):
-            return self.fn(x) + x
-
-    model = nn.Sequential(nn.Linear(784, hidden), nn.ReLU(),
-                          *[block(hidden, hidden // 2) for _ in range(3)],
-                          nn.Linear(hidden, 10))
+    model = torch_models.mlp_resnet(hidden)
     opt = torch.optim.Adam(model.parameters(), lr=0.001, weight_decay=0.001)
     loss_fn = nn.CrossEntropyLoss()
     Xt, yt = torch.from_numpy(X), torch.from_numpy(y.astype(np.int64))
