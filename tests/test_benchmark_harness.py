@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -155,3 +156,23 @@ def test_cuda_wrappers_times_each_wrapper_with_numpy_in_cupys_place(capsys):
     for step, total in totals.items():
         assert f"{total:.1f}  a {step} step in all" in "\n".join(lines)
     assert (affine_norm.device_of, sums.device_of) == before
+
+
+@pytest.mark.parametrize("kind", ["mlp", "resnet9"])
+def test_the_pytorch_twins_have_the_needle_models_parameters(kind):
+    """benchmarks/torch_models.py builds what needle's MLPResNet and ResNet9 are: the same
+    number of parameter arrays of the same sizes (layouts differ: needle's Linear is (in, out),
+    its Conv (k, k, in, out)), so the benchmarks race like against like."""
+    pytest.importorskip("torch")
+    import torch_models
+
+    import needle as ndl
+    from needle.apps.mlp_resnet import MLPResNet
+    from needle.apps.models import ResNet9
+
+    if kind == "mlp":
+        ours, theirs = MLPResNet(784, 32, device=ndl.cpu()), torch_models.mlp_resnet(32)
+    else:
+        ours, theirs = ResNet9(device=ndl.cpu()), torch_models.resnet9()
+    sizes = sorted(math.prod(p.shape) for p in ours.parameters())
+    assert sizes == sorted(p.numel() for p in theirs.parameters()) and len(sizes) > 10
