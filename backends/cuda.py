@@ -10,6 +10,7 @@ import numpy as np
 
 from .cpu import direct_views
 from .device import Device
+from .launch import DirectLaunch
 from .splitmix import SET_STATE_CUDA, SPLITMIX_UNIFORM_AT_CUDA, SPLITMIX_UNIFORM_CUDA
 
 INSTALL_HINT = ("install the GPU extra for your CUDA version (nvidia-smi's \"CUDA Version\"): "
@@ -113,6 +114,8 @@ class CUDADevice(Device):
         #: `state` (2 uint64 on this GPU, written before each replay), `count` made so far
         self.capture_draws: list | None = None
         self._current: Any = None  # what kernels launch in (`current`), set by _load
+        #: (name, dtype) -> the raw kernel's launcher on this GPU (raw_kernel)
+        self._launchers: dict[tuple[str, str], Any] = {}
 
     def _probe(self) -> str:
         """Why cupy or GPU `index` is missing, or "" when both are there."""
@@ -157,12 +160,23 @@ class CUDADevice(Device):
     def raw_kernel(self, name: str, source: str, entry: str, dtype: str) -> Any:
         """needle's own cupy RawKernel `entry` of CUDA C `source` with its element type `T`
         the C type of `dtype` ("float32", "float64" or "int64"), compiled on first use;
-        launched as kernel(grid, block, args)."""
-        kernel = _KERNELS.get((name, dtype))
-        if kernel is None:
-            kernel = _KERNELS[name, dtype] = self.cupy.RawKernel(typed_source(source, dtype),
-                                                                 entry)
-        return kernel
+        launched on this GPU as kernel(grid, block, args) by one driver call (launch.py)."""
+        launcher = self._launchers.get((name, dtype))
+        if launcher is None:
+            cp = self.cupy  # (cupy and this GPU, loaded)
+            kernel = _KERNELS.get((name, dtype))
+            if kernel is None:
+                kernel = _KERNELS[name, dtype] = cp.RawKernel(typed_source(source, dtype),
+                                                              entry)
+            try:
+                from cupy_backends.cuda.api import driver
+            except ImportError:  # (a cupy without its driver binding: cupy's own launches)
+                launcher = kernel
+            else:
+                launcher = DirectLaunch(kernel, typed_source(source, dtype), entry, dtype,
+                                        self._native, cp, driver)
+            self._launchers[name, dtype] = launcher
+        return launcher
 
     def _new_generator(self, seed: int) -> list[int]:
         """[seed, offset]: a counter-based generator (splitmix.splitmix_uniform), whose state

@@ -39,7 +39,9 @@ def timer(sync: Callable[[], None]) -> Callable[[str, Callable[[], object]], Non
 
 
 def cupy_calls(dev: ndl.Device) -> None:
-    from needle.backends import add_to_fresh, elementwise, matmul, normalize, relu, sums
+    from cupy_backends.cuda.api import driver
+
+    from needle.backends import add_to_fresh, elementwise, launch, matmul, normalize, relu, sums
 
     cp = dev.cupy
     t = timer(cp.cuda.Device().synchronize)
@@ -56,6 +58,10 @@ def cupy_calls(dev: ndl.Device) -> None:
         t("ElementwiseKernel relu_grad(g, a, y)", lambda: ew(a, b, y))
         t("ElementwiseKernel relu_grad(g, a) (allocates y)", lambda: ew(a, b))
         t("RawKernel rg((16,), (256,), (g, a, y, n))", lambda: raw((16,), (256,), (a, b, y, n64)))
+        direct = launch.DirectLaunch(raw, RAW_RELU_GRAD, "rg", "float32", dev.native, cp,
+                                     driver)
+        t("needle DirectLaunch of rg (the same launch)", lambda: direct((16,), (256,),
+                                                                       (a, b, y, n64)))
         t("cupy.empty((64, 64))", lambda: cp.empty((64, 64), dtype=cp.float32))
         t("cupy.empty_like(a)", lambda: cp.empty_like(a))
         nchw = cp.empty((8, 8, 8, 16), dtype=cp.float32).transpose(0, 3, 1, 2)  # a conv's

@@ -659,16 +659,22 @@ def test_every_raw_kernel_is_listed_and_gets_its_element_type(monkeypatch):
     launching = {p.stem for p in here.glob("*.py") if "raw_kernel(" in p.read_text()}
     assert launching - {"cuda"} == set(RAW_KERNELS)
 
+    from needle.backends import launch
+
     class Fake(cuda.CUDADevice):
         cupy = type("cupy", (), {"RawKernel": staticmethod(lambda source, entry: (source,
-                                                                                  entry))})
+                                                                                  entry)),
+                                 "ndarray": object, "cuda": None})
     monkeypatch.setattr(cuda, "_KERNELS", {})
     for module, source, entries in _raw_sources():
         for entry in entries:
             assert f'extern "C" __global__ void {entry}(' in source, (module, entry)
             for dtype, ctype in (("float32", "float"), ("float64", "double")):
-                compiled, named = Fake().raw_kernel(entry, source, entry, dtype)
+                launcher = Fake().raw_kernel(entry, source, entry, dtype)
+                compiled, named = getattr(launcher, "kernel", launcher)  # (no cupy_backends)
                 assert compiled == f"typedef {ctype} T;\n{source}" and named == entry
+                # and every one launches directly: its signature's types are all packed
+                assert launch.parameters(compiled, entry, dtype) is not None, (module, entry)
     assert len(cuda._KERNELS) == 2 * sum(len(e) for _, e in RAW_KERNELS.values())
 
 
