@@ -5,7 +5,8 @@ views (cupy's cost more: benchmarks/launch_costs.py measures those on a GPU), ea
 multiple of PyTorch's host time for one small op on the cpu, measured in the same run. Shapes are
 ResNet9's at batch 1,024 and the transformer's at 256 (or smaller, where numpy's allocation
 would be what is timed), with the number of calls one training step makes (the seventh
-session's profiles), and their total a step.
+session's profiles), and their total a step; then the Python of a direct raw-kernel launch
+(backends/launch.py) with a driver that does nothing.
 
     python benchmarks/cuda_wrappers.py [--calls 2000]
 """
@@ -122,6 +123,44 @@ def cases() -> list[tuple[str, str, int, Callable[[], Any]]]:
     ]
 
 
+def launcher_us(calls: int) -> dict[str, float]:
+    """The Python of a direct launch (backends/launch.py) with a driver that does nothing:
+    relu_grad's four arguments and im2col's twelve, us a call."""
+    from needle.backends import launch
+    from needle.backends.cuda import typed_source
+
+    class Array:  # what a launch reads of a cupy array
+        __slots__ = ("data",)
+
+        def __init__(self, ptr: int):
+            self.data = SimpleNamespace(ptr=ptr)
+
+    stream = SimpleNamespace(ptr=0)
+    cupy = SimpleNamespace(ndarray=Array, cuda=SimpleNamespace(get_current_stream=lambda: stream))
+    class Kernel:  # a cupy RawKernel: its function, and its own launch
+        kernel = SimpleNamespace(ptr=1)
+
+        def __call__(self, grid, block, args, shared_mem=0):
+            pass
+
+    kernel = Kernel()
+    driver = SimpleNamespace(launchKernel=lambda *args: None)
+    saved, launch.DIRECT = launch.DIRECT, True
+    try:
+        out = {}
+        for name, source, args in (
+                ("relu_grad", relu.SOURCE, (Array(8), Array(16), Array(24), np.int64(64))),
+                ("im2col", im2col.SOURCE, (Array(8), Array(16), *map(np.int64, range(10))))):
+            run = launch.DirectLaunch(kernel, typed_source(source, "float32"), name, "float32",
+                                      contextlib.nullcontext(), cupy, driver)
+            run((1,), (256,), args)  # (this thread's first launch of that many arguments)
+            out[f"DirectLaunch of {name}, {len(args)} arguments (a driver doing nothing)"] = (
+                best_of(lambda run=run, args=args: run((16,), (256,), args), calls, 5) * 1e6)
+        return out
+    finally:
+        launch.DIRECT = saved
+
+
 def _torch_op_us(calls: int) -> float | None:
     """PyTorch's host time for one small op on the cpu (its dispatcher's per-op cost: what
     each of these wrappers adds to a launch), or None without PyTorch."""
@@ -163,6 +202,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                   flush=True)
         for step, total in totals.items():
             print(f"{total:30.1f}  a {step} step in all")
+        print("-- a raw kernel's launch")
+        for name, us in launcher_us(args.calls).items():
+            print(f"{us:8.2f} {us / unit:6.1f}x {'':4s} {'':8s}  {name}")
         print(f"(for scale, measured in the same run: numpy's np.add(out=) on 4 x 16 {numpy_us:.2f}"
               " us" + (f", PyTorch's torch.relu on a 4 x 16 cpu tensor {torch_us:.2f} us)"
                        if torch_us else ")"))

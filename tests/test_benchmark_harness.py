@@ -152,9 +152,11 @@ def test_cuda_wrappers_times_each_wrapper_with_numpy_in_cupys_place(capsys):
     lines = capsys.readouterr().out.splitlines()
     steps = {step for step, *_ in cuda_wrappers.cases()}
     assert set(totals) == steps and all(t > 0 for t in totals.values())
-    assert len(lines) == 2 + len(cuda_wrappers.cases()) + 2 * len(steps)
+    launches = [line for line in lines if "DirectLaunch of" in line]
+    assert len(lines) == 2 + len(cuda_wrappers.cases()) + 2 * len(steps) + 1 + len(launches)
     for step, total in totals.items():
         assert f"{total:.1f}  a {step} step in all" in "\n".join(lines)
+    assert len(launches) == 2 and all(float(line.split()[0]) > 0 for line in launches)
     assert (affine_norm.device_of, sums.device_of) == before
 
 
