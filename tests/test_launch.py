@@ -195,6 +195,24 @@ def test_threads_pack_into_buffers_of_their_own():
         assert mine == list(range(1, 2000))
 
 
+def test_cupys_driver_binding_takes_the_launchers_arguments():
+    """(where cupy is installed and no GPU is: the binding's argument conversions run before
+    it loads the driver, which then fails) numpy integers in the grid, the packed table's
+    address and the stream reach the driver call without a TypeError; the failure is the
+    missing driver's, and the launch falls back to cupy's call."""
+    driver = pytest.importorskip("cupy_backends.cuda.api.driver",
+                                 reason="cupy's driver binding is not installed")
+    if ndl.cuda().enabled():
+        pytest.skip("a GPU is here: a launch of the stand-in kernel would reach it")
+    run, _, kernel = stand_ins("const T* x, T* y, long long n, T eps")
+    run.launch = None  # (set at the first launch: the real binding's)
+    run.driver = driver
+    run._pack = None
+    run((np.int64(3),), (256,), (FakeArray(8), FakeArray(16), np.int64(5), np.float32(0.5)))
+    assert len(kernel.calls) == 1 and len(launch._FAILURES) == 1
+    assert "TypeError" not in launch._FAILURES[0] and "Overflow" not in launch._FAILURES[0]
+
+
 # ----- on a GPU -----------------------------------------------------------------------------
 @pytest.fixture
 def gpu():
