@@ -128,9 +128,9 @@ class DirectLaunch:
             return self.kernel(grid, block, args, shared_mem=shared_mem)
         try:
             pack(buf, args)
+            g, b = grid + (1, 1), block + (1, 1)  # (tuples: a list is cupy's to take)
         except (AttributeError, TypeError, struct.error):  # cupy's call (and its errors)
             return self.kernel(grid, block, args, shared_mem=shared_mem)
-        g, b = grid + (1, 1), block + (1, 1)
         try:
             self.launch(self._function, g[0], g[1], g[2], b[0], b[1], b[2], shared_mem,
                         self.stream().ptr, table, 0)

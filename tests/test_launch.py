@@ -121,6 +121,7 @@ def test_each_launch_reads_its_own_arguments():
     ((FakeArray(8),), (1,)),  # too few arguments: cupy's error
     ((FakeArray(8), np.int64(1), np.int64(2)), (1,)),  # too many
     ((FakeArray(8), np.int64(1)), (0,)),  # an empty grid: cupy's error or no-op
+    ((FakeArray(8), np.int64(1)), [1]),  # a list for a grid: cupy's to take or refuse
 ])
 def test_what_does_not_fit_the_signature_takes_cupys_launch(args, grid):
     run, launches, kernel = stand_ins("const T* x, long long n")
