@@ -69,9 +69,10 @@ def parameters(source: str, entry: str, dtype: str) -> list[str] | None:
 
 
 def packer(types: list[str]) -> Callable[[bytearray, tuple], None]:
-    """pack(buf, args): the arguments of a kernel of these C types into buf's 8-byte slots
-    (an array as args[i].data.ptr); it raises (AttributeError, struct.error, IndexError)
-    for arguments that do not fit, and never packs more than the kernel has."""
+    """pack(buf, args): the arguments of a kernel of these C types (as many as it has: the
+    caller checks the count) into buf's 8-byte slots, an array as args[i].data.ptr; it
+    raises AttributeError or struct.error for arguments that do not fit. One generated
+    lambda, where a loop over the types cost twice as much host time a launch."""
     layout = struct.Struct("<" + "".join(_C_CODES[t] for t in types))
     values = ", ".join(f"a[{i}].data.ptr" if t == "*" else f"a[{i}]"
                        for i, t in enumerate(types))
