@@ -72,7 +72,7 @@ def packer(types: list[str]) -> Callable[[bytearray, tuple], None]:
     """pack(buf, args): the arguments of a kernel of these C types (as many as it has: the
     caller checks the count) into buf's 8-byte slots, an array as args[i].data.ptr; it
     raises AttributeError or struct.error for arguments that do not fit. One generated
-    lambda, where a loop over the types cost twice as much host time a launch."""
+    lambda: a loop over the types would run at every launch."""
     layout = struct.Struct("<" + "".join(_C_CODES[t] for t in types))
     values = ", ".join(f"a[{i}].data.ptr" if t == "*" else f"a[{i}]"
                        for i, t in enumerate(types))
