@@ -17,7 +17,7 @@ slow stretch of the shared host falls on every column alike. Ratios are to PyTor
 same GPU.
 
     python benchmarks/gpu.py [--steps 20] [--rounds 4] [--only mlp_h1024_b100,lstm_epoch]
-                             [--no-cpu-epoch]
+                             [--no-cpu-epoch] [--cupy-launches]
 """
 
 from __future__ import annotations
@@ -50,6 +50,9 @@ STEPS = {  # name -> (kind, size, batch)
 }
 FRAMEWORKS = ("needle cuda", "needle cuda compiled", "needle cuda graphed", "needle torch:cuda",
               "needle torch:cuda compiled", "needle torch:cuda graphed", "pytorch cuda")
+#: with --cupy-launches: needle cuda's eager step with its raw kernels launched by cupy's
+#: RawKernel call (backends/launch.py's DIRECT off during the step), an A/B in the same rounds
+CUPY_LAUNCHES = "needle cuda, cupy launches"
 
 
 # ----- synchronisation -------------------------------------------------------------------------
@@ -261,6 +264,7 @@ def available() -> dict[str, str]:
     reasons = {"needle cuda": ndl.cuda().unavailable_reason(),
                "needle torch:cuda": ndl.torch("cuda").unavailable_reason()}
     reasons["pytorch cuda"] = reasons["needle torch:cuda"]
+    reasons[CUPY_LAUNCHES] = reasons["needle cuda"]
     for name in ("needle cuda", "needle torch:cuda"):
         reasons[f"{name} compiled"] = reasons[name]
     for name in ("needle cuda", "needle torch:cuda"):
@@ -268,10 +272,25 @@ def available() -> dict[str, str]:
     return reasons
 
 
+def with_cupy_launches(step: Callable) -> Callable:
+    """`step` with needle's raw kernels launched by cupy's call (launch.DIRECT off)."""
+    from needle.backends import launch
+
+    def run():
+        saved, launch.DIRECT = launch.DIRECT, False
+        try:
+            return step()
+        finally:
+            launch.DIRECT = saved
+    return run
+
+
 def make_step(name: str, framework: str) -> Callable:
     kind, size, batch = STEPS[name]
     if framework == "pytorch cuda":
         return torch_step(kind, size, batch)
+    if framework == CUPY_LAUNCHES:
+        return with_cupy_launches(needle_step(kind, size, batch, ndl.cuda()))
     return needle_step(kind, size, batch, needle_device(framework),
                        compiled=framework.endswith("compiled"),
                        graphed=framework.endswith("graphed"))
@@ -304,7 +323,10 @@ def main() -> None:
                    f"{', '.join(STEPS)}, lstm_epoch)")
     p.add_argument("--no-cpu-epoch", action="store_true",
                    help="skip the LSTM epoch on needle's cpu (the 3x target's reference)")
+    p.add_argument("--cupy-launches", action="store_true",
+                   help=f"add the column {CUPY_LAUNCHES!r} to the steps' table")
     args = p.parse_args()
+    columns = FRAMEWORKS + ((CUPY_LAUNCHES,) if args.cupy_launches else ())
     reasons = available()
     if reasons["pytorch cuda"] and reasons["needle cuda"]:
         print(f"benchmarks/gpu.py: no GPU here: {reasons['needle cuda']}")
@@ -312,16 +334,16 @@ def main() -> None:
     only = [n for n in args.only.split(",") if n] or [*STEPS, "lstm_epoch"]
     print(f"median of {args.steps} steps after {args.warmup}, each closed by a sync, in "
           f"{args.rounds} rounds taking turns; ratio to PyTorch CUDA eager on the same GPU")
-    print(f"{'step':17s}" + "".join(f"{f:>28s}" for f in FRAMEWORKS))
+    print(f"{'step':17s}" + "".join(f"{f:>28s}" for f in columns))
     for name in only:
         if name == "lstm_epoch":
             continue
-        row: dict[str, Any] = dict.fromkeys(FRAMEWORKS)
-        row.update(run_row(name, [f for f in FRAMEWORKS if not reasons[f]], args.steps,
+        row: dict[str, Any] = dict.fromkeys(columns)
+        row.update(run_row(name, [f for f in columns if not reasons[f]], args.steps,
                            args.warmup, args.rounds))
         base = row.get("pytorch cuda")
         cells = []
-        for framework in FRAMEWORKS:
+        for framework in columns:
             ms = row[framework]
             ratio = f" ({ms / base:4.1f}x)" if ms is not None and base else ""
             cells.append("n/a" if ms is None else f"{ms:8.2f} ms{ratio}")

@@ -178,3 +178,25 @@ def test_the_pytorch_twins_have_the_needle_models_parameters(kind):
         ours, theirs = ResNet9(device=ndl.cpu()), torch_models.resnet9()
     sizes = sorted(math.prod(p.shape) for p in ours.parameters())
     assert sizes == sorted(p.numel() for p in theirs.parameters()) and len(sizes) > 10
+
+
+def test_gpu_py_cupy_launches_column_turns_direct_launches_off_during_its_step_only():
+    """benchmarks/gpu.py --cupy-launches: the A/B column's step runs with launch.DIRECT off
+    and gives the setting back after it, also when the step raises."""
+    import gpu
+
+    from needle.backends import launch
+
+    seen = []
+
+    def step():
+        seen.append(launch.DIRECT)
+        if len(seen) == 2:
+            raise RuntimeError("boom")
+
+    before = launch.DIRECT
+    run = gpu.with_cupy_launches(step)
+    run()
+    with pytest.raises(RuntimeError):
+        run()
+    assert seen == [False, False] and launch.DIRECT is before
