@@ -85,6 +85,16 @@ def device(request: pytest.FixtureRequest):
     dev._pending = []  # a check a test left deferred (a GPU's) never fails the next test
 
 
+@pytest.fixture
+def gpu():
+    """cuda(0) for the tests of cuda's own kernels (they run without --device); skipped,
+    with the reason, where cupy or a GPU is missing."""
+    dev = backends.cuda()
+    if not dev.enabled():
+        pytest.skip(dev.unavailable_reason())
+    return dev
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_terminal_summary(terminalreporter) -> Generator[None]:
     """One line per unavailable device instead of one per test (after pytest's own summary)."""

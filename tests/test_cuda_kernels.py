@@ -26,14 +26,6 @@ def _numpy_ndarray(shape, dtype, memory, strides):
     return np.ndarray(shape, dtype, memory, 0, strides)
 
 
-@pytest.fixture
-def gpu():
-    dev = ndl.cuda()
-    if not dev.enabled():
-        pytest.skip(dev.unavailable_reason())
-    return dev
-
-
 def test_splitmix_uniform_reference_is_uniform_and_counter_based():
     u = splitmix_uniform(np, 7, 0, (200_000,))
     assert u.dtype == np.float32 and 0 <= u.min() and u.max() < 1

@@ -214,15 +214,7 @@ def test_cupys_driver_binding_takes_the_launchers_arguments():
     assert "TypeError" not in launch._FAILURES[0] and "Overflow" not in launch._FAILURES[0]
 
 
-# ----- on a GPU -----------------------------------------------------------------------------
-@pytest.fixture
-def gpu():
-    dev = ndl.cuda()
-    if not dev.enabled():
-        pytest.skip(dev.unavailable_reason())
-    return dev
-
-
+# ----- on a GPU (conftest.py's `gpu` fixture) -------------------------------------------------
 def _wrapper_outputs(dev) -> list:
     """Host copies of what the raw-kernel wrappers of ResNet9's and the transformer's steps
     return for fixed inputs (ReLU and its adjoint, BatchNorm in one block and in parts and
