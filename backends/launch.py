@@ -103,7 +103,7 @@ class DirectLaunch:
     one driver call (see the module's note)."""
 
     __slots__ = ("kernel", "native", "cupy", "driver", "stream", "launch", "n", "_pack",
-                 "_function", "_types")
+                 "_function", "_loaded", "_types")
 
     def __init__(self, kernel: Any, source: str, entry: str, dtype: str, native: Any,
                  cupy: Any, driver: Any):
@@ -114,6 +114,7 @@ class DirectLaunch:
         self.n = -1 if self._types is None else len(self._types)
         self._pack: Any = None  # the packer, made at the first launch (False: none)
         self._function = 0  # the CUfunction on this GPU, loaded at the first launch
+        self._loaded: Any = None  # cupy's Function of it (held: its module stays loaded)
 
     def __call__(self, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0) -> None:
         pack = self._pack
@@ -147,7 +148,8 @@ class DirectLaunch:
             return False
         self.stream, self.launch = self.cupy.cuda.get_current_stream, self.driver.launchKernel
         with self.native:
-            self._function = self.kernel.kernel.ptr
+            self._loaded = self.kernel.kernel
+        self._function = self._loaded.ptr
         self._pack = packer(self._types)
         return self._pack
 
