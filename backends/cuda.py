@@ -163,18 +163,16 @@ class CUDADevice(Device):
         launched on this GPU as kernel(grid, block, args) by one driver call (launch.py)."""
         launcher = self._launchers.get((name, dtype))
         if launcher is None:
-            cp = self.cupy  # (cupy and this GPU, loaded)
+            cp, typed = self.cupy, typed_source(source, dtype)  # (cupy and this GPU, loaded)
             kernel = _KERNELS.get((name, dtype))
             if kernel is None:
-                kernel = _KERNELS[name, dtype] = cp.RawKernel(typed_source(source, dtype),
-                                                              entry)
+                kernel = _KERNELS[name, dtype] = cp.RawKernel(typed, entry)
             try:
                 from cupy_backends.cuda.api import driver
             except ImportError:  # (a cupy without its driver binding: cupy's own launches)
                 launcher = kernel
             else:
-                launcher = DirectLaunch(kernel, typed_source(source, dtype), entry, dtype,
-                                        self._native, cp, driver)
+                launcher = DirectLaunch(kernel, typed, entry, dtype, self._native, cp, driver)
             self._launchers[name, dtype] = launcher
         return launcher
 
