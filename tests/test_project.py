@@ -209,3 +209,42 @@ def test_every_package_folder_is_installed():
              for p in (ROOT / "needle").rglob("__init__.py")}
     found |= {"needle.backends"} if (ROOT / "backends" / "__init__.py").is_file() else set()
     assert found <= listed, f"not in pyproject.toml's packages: {sorted(found - listed)}"
+
+
+def _undocumented_or_unhinted(package_name: str) -> list[str]:
+    """The public functions and classes of every module of a package that lack a docstring,
+    and the public functions that lack the return annotation or one of a parameter's."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    package = importlib.import_module(package_name)
+    offenders = []
+    for info in pkgutil.walk_packages(package.__path__, package_name + "."):
+        try:
+            module = importlib.import_module(info.name)
+        except ImportError:  # an optional library (mpi4py, matplotlib, ...) is not installed
+            continue
+        for name, obj in vars(module).items():
+            if (name.startswith("_") or getattr(obj, "__module__", None) != module.__name__
+                    or not (inspect.isfunction(obj) or inspect.isclass(obj))):
+                continue
+            where = f"{module.__name__}.{name}"
+            if not (obj.__doc__ or "").strip():
+                offenders.append(f"{where}: no docstring")
+            if inspect.isfunction(obj):
+                signature = inspect.signature(obj)  # the annotations as written, unevaluated
+                unhinted = [p.name for p in signature.parameters.values()
+                            if p.annotation is p.empty
+                            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+                if signature.return_annotation is signature.empty:
+                    unhinted.append("return")
+                if unhinted:
+                    offenders.append(f"{where}: no type hint for {', '.join(unhinted)}")
+    return offenders
+
+
+def test_public_functions_have_docstrings_and_type_hints():
+    """Every public function and class of needle (and needle.backends) is documented and hinted."""
+    offenders = _undocumented_or_unhinted("needle") + _undocumented_or_unhinted("needle.backends")
+    assert offenders == [], "\n".join(["public names lacking a docstring or hints:", *offenders])

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -74,8 +74,9 @@ def _detach(h):
     return h.detach()
 
 
-def run_epoch(batches, model: nn.Module, loss_fn, opt=None, *,
-              create_graph: bool | None = None, clip: float | None = None, bar=None,
+def run_epoch(batches: Iterable[tuple[ndl.Tensor, ndl.Tensor]], model: nn.Module,
+              loss_fn: nn.Module, opt: ndl.optim.Optimizer | None = None, *,
+              create_graph: bool | None = None, clip: float | None = None, bar: Any = None,
               check_finite: bool = False, every: int = 10,
               step: Any = None) -> tuple[float, float]:
     """One pass over `batches` (training when `opt` is given): (error rate, mean loss).
@@ -89,8 +90,9 @@ def run_epoch(batches, model: nn.Module, loss_fn, opt=None, *,
     return wrong / count, loss
 
 
-def epoch_counts(batches, model: nn.Module, loss_fn, opt=None, *,
-                 create_graph: bool | None = None, clip: float | None = None, bar=None,
+def epoch_counts(batches: Iterable[tuple[ndl.Tensor, ndl.Tensor]], model: nn.Module,
+                 loss_fn: nn.Module, opt: ndl.optim.Optimizer | None = None, *,
+                 create_graph: bool | None = None, clip: float | None = None, bar: Any = None,
                  check_finite: bool = False, every: int = 10,
                  step: Any = None) -> tuple[int, int, float]:
     """One pass over `batches`: (wrong predictions, predictions, mean loss per prediction).
@@ -176,8 +178,9 @@ def _replayed_step(step, batches, forward, X, y) -> tuple[Any, Any]:
     return logits, loss
 
 
-def training_step(model: nn.Module, loss_fn, opt, *, create_graph: bool | None = None,
-                  clip: float | None = None, cuda_graph: bool = False) -> Any:
+def training_step(model: nn.Module, loss_fn: nn.Module, opt: ndl.optim.Optimizer, *,
+                  create_graph: bool | None = None, clip: float | None = None,
+                  cuda_graph: bool = False) -> Any:
     """One training step as `epoch_counts` runs it eagerly (reset_grad, forward, loss,
     backward, clipping, update), compiled with `ndl.compile`: `step(X, y)` -> (logits, loss)
     for a classifier; `step(X, y, pair, *state)` -> (logits, loss, *new state) for a language

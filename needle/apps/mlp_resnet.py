@@ -5,6 +5,8 @@ Absolute imports only, so `from mlp_resnet import *` works with this folder on s
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 import needle as ndl
@@ -15,8 +17,9 @@ __all__ = ["ResidualBlock", "MLPResNet", "epoch", "train_mnist",
            "run_epoch", "NonFiniteLoss"]
 
 
-def ResidualBlock(dim: int, hidden_dim: int, norm=nn.BatchNorm1d, drop_prob: float = 0.1,
-                  device=None, dtype: str = "float32") -> nn.Module:
+def ResidualBlock(dim: int, hidden_dim: int, norm: type = nn.BatchNorm1d,
+                  drop_prob: float = 0.1, device: ndl.Device | None = None,
+                  dtype: str = "float32") -> nn.Module:
     """relu(x + norm(Linear(drop(relu(norm(Linear(x))))))) as the course builds it."""
     return nn.Sequential(
         nn.Residual(nn.Sequential(
@@ -32,8 +35,8 @@ def ResidualBlock(dim: int, hidden_dim: int, norm=nn.BatchNorm1d, drop_prob: flo
 
 
 def MLPResNet(dim: int, hidden_dim: int = 100, num_blocks: int = 3, num_classes: int = 10,
-              norm=nn.BatchNorm1d, drop_prob: float = 0.1, device=None,
-              dtype: str = "float32") -> nn.Module:
+              norm: type = nn.BatchNorm1d, drop_prob: float = 0.1,
+              device: ndl.Device | None = None, dtype: str = "float32") -> nn.Module:
     """Linear, ReLU, `num_blocks` ResidualBlocks of half width, then a Linear classifier."""
     return nn.Sequential(
         nn.Linear(dim, hidden_dim, device=device, dtype=dtype),
@@ -44,14 +47,15 @@ def MLPResNet(dim: int, hidden_dim: int = 100, num_blocks: int = 3, num_classes:
     )
 
 
-def epoch(dataloader, model: nn.Module, opt=None) -> tuple[float, float]:
+def epoch(dataloader: Iterable[tuple[ndl.Tensor, ndl.Tensor]], model: nn.Module,
+          opt: ndl.optim.Optimizer | None = None) -> tuple[float, float]:
     """One pass over `dataloader`: trains when `opt` is given; returns (error rate, mean loss)."""
     np.random.seed(4)
     model.train() if opt is not None else model.eval()
     return run_epoch(dataloader, model, nn.SoftmaxLoss(), opt)
 
 
-def train_mnist(batch_size: int = 100, epochs: int = 10, optimizer=ndl.optim.Adam,
+def train_mnist(batch_size: int = 100, epochs: int = 10, optimizer: type = ndl.optim.Adam,
                 lr: float = 0.001, weight_decay: float = 0.001, hidden_dim: int = 100,
                 data_dir: str = "data") -> tuple[float, float, float, float]:
     """Train MLPResNet on MNIST in `data_dir`: (train_err, train_loss, test_err, test_loss)."""

@@ -5,6 +5,9 @@ Absolute imports only, so `from simple_ml import *` works with this folder on sy
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 import numpy as np
 
 import needle as ndl
@@ -69,7 +72,7 @@ class _OnDevice:
         return repr(self.loader)
 
 
-def epoch_general_cifar10(dataloader, model: nn.Module,
+def epoch_general_cifar10(dataloader: Iterable[tuple[ndl.Tensor, ndl.Tensor]], model: nn.Module,
                           loss_fn: nn.Module = nn.SoftmaxLoss(),  # noqa: B008  (the course's)
                           opt: ndl.optim.Optimizer | None = None) -> tuple[float, float]:
     """One pass over `dataloader`, training when `opt` is given: (accuracy, mean loss).
@@ -86,8 +89,8 @@ def epoch_general_cifar10(dataloader, model: nn.Module,
     return (n - wrong) / n, loss  # correct / n, as the course counts it
 
 
-def train_cifar10(model: nn.Module, dataloader, n_epochs: int = 1,
-                  optimizer: type = ndl.optim.Adam, lr: float = 0.001,
+def train_cifar10(model: nn.Module, dataloader: Iterable[tuple[ndl.Tensor, ndl.Tensor]],
+                  n_epochs: int = 1, optimizer: type = ndl.optim.Adam, lr: float = 0.001,
                   weight_decay: float = 0.001,
                   loss_fn: type = nn.SoftmaxLoss) -> tuple[float, float]:
     """`n_epochs` training passes with `optimizer(model.parameters(), lr, weight_decay)`.
@@ -104,7 +107,7 @@ def train_cifar10(model: nn.Module, dataloader, n_epochs: int = 1,
     return result
 
 
-def evaluate_cifar10(model: nn.Module, dataloader,
+def evaluate_cifar10(model: nn.Module, dataloader: Iterable[tuple[ndl.Tensor, ndl.Tensor]],
                      loss_fn: type = nn.SoftmaxLoss) -> tuple[float, float]:
     """One evaluation pass (eval mode, no optimizer): (accuracy, mean loss)."""
     np.random.seed(4)
@@ -114,9 +117,10 @@ def evaluate_cifar10(model: nn.Module, dataloader,
 # ----- hw4: Penn Treebank language models ---------------------------------------------------
 
 
-def run_lm_epoch(data: np.ndarray, model: nn.Module, loss_fn, opt=None, seq_len: int = 40,
+def run_lm_epoch(data: np.ndarray, model: nn.Module, loss_fn: nn.Module,
+                 opt: ndl.optim.Optimizer | None = None, seq_len: int = 40,
                  clip: float | None = None, device: ndl.Device | None = None,
-                 dtype: str = "float32", bar=None, every: int = 10) -> tuple[float, float]:
+                 dtype: str = "float32", bar: Any = None, every: int = 10) -> tuple[float, float]:
     """One pass of a language model over batchified `data` (nbatch, bs): (accuracy, loss).
 
     The one epoch loop (`epoch_loop.epoch_counts`) over `LMWindows(data, seq_len)`: windows

@@ -75,6 +75,7 @@ class Recorder(StateHooks):
         self.lines.append((targets, expr, pure))
 
     def new_slot(self, obj: Any) -> str:
+        """A fresh slot for `obj` (held weakly where it can be), and its name `a<slot>`."""
         self.slot_of[id(obj)] = len(self.objs)
         try:
             self.objs.append(weakref.ref(obj))

@@ -50,6 +50,7 @@ def has_array(obj: Any) -> bool:
 
 
 def describe(obj: Any) -> str:
+    """`obj` (a Value, an array or a tuple of arrays) for an error message: its shape and dtype."""
     if isinstance(obj, Value):
         obj = obj._array
     if isinstance(obj, tuple):

@@ -21,45 +21,52 @@ def _tensor(array: Any, device: Device, dtype: Any, requires_grad: bool) -> Tens
 # normal, bernoulli), as the course does: a seed gives the same bits on every device.
 
 
-def rand(*shape, low=0.0, high=1.0, device=None, dtype="float32", requires_grad=False):
+def rand(*shape: int, low: float = 0.0, high: float = 1.0, device: Device | None = None,
+         dtype: Any = "float32", requires_grad: bool = False) -> Tensor:
     """Uniform numbers in [low, high): `rand(*shape) * (high - low) + low` in float64, cast."""
     device = default_device() if device is None else device
     array = device.uniform(shape, low, high, dtype=dtype)
     return _tensor(array, device, dtype, requires_grad)
 
 
-def randn(*shape, mean=0.0, std=1.0, device=None, dtype="float32", requires_grad=False):
+def randn(*shape: int, mean: float = 0.0, std: float = 1.0, device: Device | None = None,
+          dtype: Any = "float32", requires_grad: bool = False) -> Tensor:
     """Normal numbers: `randn(*shape) * std + mean` in float64, cast."""
     device = default_device() if device is None else device
     array = device.normal(shape, mean, std, dtype=dtype)
     return _tensor(array, device, dtype, requires_grad)
 
 
-def constant(*shape, c=1.0, device=None, dtype="float32", requires_grad=False):
+def constant(*shape: int, c: float = 1.0, device: Device | None = None, dtype: Any = "float32",
+             requires_grad: bool = False) -> Tensor:
     """A tensor filled with `c`."""
     device = default_device() if device is None else device
     array = device.full(shape, c, dtype=dtype)
     return _tensor(array, device, dtype, requires_grad)
 
 
-def ones(*shape, device=None, dtype="float32", requires_grad=False):
+def ones(*shape: int, device: Device | None = None, dtype: Any = "float32",
+         requires_grad: bool = False) -> Tensor:
     """A tensor of ones."""
     return constant(*shape, c=1.0, device=device, dtype=dtype, requires_grad=requires_grad)
 
 
-def zeros(*shape, device=None, dtype="float32", requires_grad=False):
+def zeros(*shape: int, device: Device | None = None, dtype: Any = "float32",
+          requires_grad: bool = False) -> Tensor:
     """A tensor of zeros."""
     return constant(*shape, c=0.0, device=device, dtype=dtype, requires_grad=requires_grad)
 
 
-def randb(*shape, p=0.5, device=None, dtype="bool", requires_grad=False):
+def randb(*shape: int, p: float = 0.5, device: Device | None = None, dtype: Any = "bool",
+          requires_grad: bool = False) -> Tensor:
     """Bernoulli(p) draws: `rand(*shape) <= p` in float64, as `dtype`."""
     device = default_device() if device is None else device
     array = device.bernoulli(shape, p, dtype=dtype)
     return _tensor(array, device, dtype, requires_grad)
 
 
-def one_hot(n, i, device=None, dtype="float32", requires_grad=False):
+def one_hot(n: int, i: Any, device: Device | None = None, dtype: Any = "float32",
+            requires_grad: bool = False) -> Tensor:
     """One-hot rows of length `n` for the labels `i` (integers, or floats holding whole numbers)."""
     device = default_device() if device is None else device
     if isinstance(i, Tensor):
@@ -70,13 +77,15 @@ def one_hot(n, i, device=None, dtype="float32", requires_grad=False):
     return _tensor(device.one_hot(n, labels, dtype=dtype), device, dtype, requires_grad)
 
 
-def zeros_like(array: Tensor, *, device=None, requires_grad=False):
+def zeros_like(array: Tensor, *, device: Device | None = None,
+               requires_grad: bool = False) -> Tensor:
     """Zeros with the shape and dtype of `array`."""
     device = array.device if device is None else device
     return zeros(*array.shape, dtype=array.dtype, device=device, requires_grad=requires_grad)
 
 
-def ones_like(array: Tensor, *, device=None, requires_grad=False):
+def ones_like(array: Tensor, *, device: Device | None = None,
+              requires_grad: bool = False) -> Tensor:
     """Ones with the shape and dtype of `array`."""
     device = array.device if device is None else device
     return ones(*array.shape, dtype=array.dtype, device=device, requires_grad=requires_grad)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .. import init, ops
 from ..autograd import Tensor, mark_modified
 from ..autograd.graph import array_function
@@ -16,7 +18,7 @@ def _inv_std(var, eps: float):
     return (var + eps) ** -0.5
 
 
-def moving_average_portable(old, batch, m: float):
+def moving_average_portable(old: Any, batch: Any, m: float) -> Any:
     """old * (1 - m) + batch * m, with the (1, dim) batch statistic flattened, in old's dtype."""
     xp = namespace(old)
     new = old * (1.0 - m) + xp.reshape(batch, (-1,)) * m
@@ -28,7 +30,8 @@ MOVING_AVERAGE = Kernel("moving_average", moving_average_portable,
                         fast={"cuda": "needle.backends.normalize:moving_average_cuda"})
 
 
-def moving_averages_portable(old_mean, old_var, batch_mean, batch_var, m: float):
+def moving_averages_portable(old_mean: Any, old_var: Any, batch_mean: Any, batch_var: Any,
+                             m: float) -> tuple[Any, Any]:
     """(running mean, running var) each updated by MOVING_AVERAGE."""
     return MOVING_AVERAGE(old_mean, batch_mean, m), MOVING_AVERAGE(old_var, batch_var, m)
 

@@ -17,6 +17,8 @@ the adjoints (hx, hw, hb):
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..autograd.tensor import Tensor, TensorTupleOp
 from ..backends import namespace
 from ..kernels import ADD_TO_FRESH, SUM, Kernel
@@ -36,7 +38,8 @@ def _along(ndim: int, axis: int) -> tuple[int, ...]:
     return (-1,) + (1,) * (ndim - axis - 1)
 
 
-def batch_norm_portable(x, w, b, eps: float):
+def batch_norm_portable(x: Any, w: Any, b: Any, eps: float
+                        ) -> tuple[Any, Any, Any, Any, Any]:
     """(out, y, s, mean, var): y = NORMALIZE over every axis but 1, out = y w + b with the
     (C,) w and b along axis 1; s, mean and var keepdims."""
     xp = namespace(x)
@@ -45,7 +48,8 @@ def batch_norm_portable(x, w, b, eps: float):
     return ADD_TO_FRESH(y * xp.reshape(w, along), xp.reshape(b, along)), y, s, mean, var
 
 
-def batch_norm_grad_portable(g, x, w, y, s, mean):
+def batch_norm_grad_portable(g: Any, x: Any, w: Any, y: Any, s: Any, mean: Any
+                             ) -> tuple[Any, Any, Any]:
     """(dx, dw, db) of out = y w + b for the output's adjoint g: dx = s P (g w), dw = sum(g y)
     and db = sum(g) over every axis but 1; y is recomputed as (x - mean) s where the forward
     kept none (a fast version's)."""
@@ -57,14 +61,15 @@ def batch_norm_grad_portable(g, x, w, y, s, mean):
     return dx, SUM(g * y, axes), SUM(g, axes)
 
 
-def layer_norm_portable(x, w, b, eps: float):
+def layer_norm_portable(x: Any, w: Any, b: Any, eps: float) -> tuple[Any, Any, Any, Any]:
     """(out, y, s, mean): y = NORMALIZE over the last axis, out = y w + b; s and mean
     keepdims (what the backward reads; no running statistics)."""
     y, s, mean, _ = NORMALIZE(x, (x.ndim - 1,), eps)
     return ADD_TO_FRESH(y * w, b), y, s, mean
 
 
-def layer_norm_grad_portable(g, x, w, y, s, mean):
+def layer_norm_grad_portable(g: Any, x: Any, w: Any, y: Any, s: Any, mean: Any
+                             ) -> tuple[Any, Any, Any]:
     """(dx, dw, db) of out = y w + b for the output's adjoint g: dx = s P (g w) over the last
     axis, dw = sum(g y) and db = sum(g) over the others; y recomputed where none was kept."""
     leading = tuple(range(g.ndim - 1))
@@ -116,6 +121,7 @@ class _AffineNorm(PromotingOp):
         raise NotImplementedError
 
     def grad_op(self, saved: tuple | None) -> _AffineNormGrad:
+        """The op of the three adjoints, reading `saved` (the forward's (x, y, s, mean))."""
         raise NotImplementedError
 
     def compute(self, x, w, b):
@@ -190,6 +196,7 @@ class BatchNorm(_AffineNorm):
         return 1
 
     def grad_op(self, saved: tuple | None) -> BatchNormGrad:
+        """BatchNormGrad at this eps, reading `saved` (the forward's (x, y, s, mean))."""
         return BatchNormGrad(self.eps, saved)
 
 
@@ -215,6 +222,7 @@ class LayerNorm(_AffineNorm):
         return ndim - 1
 
     def grad_op(self, saved: tuple | None) -> LayerNormGrad:
+        """LayerNormGrad at this eps, reading `saved` (the forward's (x, y, s, mean))."""
         return LayerNormGrad(self.eps, saved)
 
 

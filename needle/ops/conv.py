@@ -15,6 +15,8 @@ convolution (cuDNN on a GPU).
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..autograd.tensor import Tensor, TensorOp, TensorTupleOp
 from ..backends import namespace
 from ..kernels import ADD_TO_FRESH, SUM, Kernel
@@ -45,7 +47,8 @@ def _nhwc_shape(shape: tuple, layout: str) -> tuple:
     return tuple(shape) if layout == "NHWC" else (shape[0], shape[2], shape[3], shape[1])
 
 
-def conv_portable(a, b, bias, stride: int, padding: int, layout: str = "NHWC"):
+def conv_portable(a: Any, b: Any, bias: Any, stride: int, padding: int,
+                  layout: str = "NHWC") -> tuple[Any, Any]:
     """(out, windows): `a` (NHWC, or NCHW with `layout`) cross-correlated with (K, K, C_in,
     C_out) `b`, plus `bias` (C_out,) or None, as im2col and one matmul, out in a's layout;
     the windows (of the NHWC input) are what the weight's gradient reads again (a fast
@@ -60,8 +63,8 @@ def conv_portable(a, b, bias, stride: int, padding: int, layout: str = "NHWC"):
     return _from_nhwc(xp, xp.reshape(out, (n, ho, wo, c_out)), layout), cols
 
 
-def conv_input_grad_portable(g, b, shape: tuple, stride: int, padding: int,
-                             layout: str = "NHWC"):
+def conv_input_grad_portable(g: Any, b: Any, shape: tuple, stride: int, padding: int,
+                             layout: str = "NHWC") -> Any:
     """conv's adjoint in its input, an array of `shape` in `layout`, for the output's adjoint
     `g` (in that layout): one batched matmul straight into tap-major windows,
     g (1, M, C_out) @ b[t]^T, which the COL2IM kernel adds back (each tap one contiguous
@@ -76,8 +79,8 @@ def conv_input_grad_portable(g, b, shape: tuple, stride: int, padding: int,
                                  _nhwc_shape(shape, layout), (kh, kw), stride, padding), layout)
 
 
-def conv_weight_grad_portable(a, g, kernel: tuple[int, int], stride: int, padding: int,
-                              cols=None, layout: str = "NHWC"):
+def conv_weight_grad_portable(a: Any, g: Any, kernel: tuple[int, int], stride: int,
+                              padding: int, cols: Any = None, layout: str = "NHWC") -> Any:
     """conv's adjoint in its (K, K, C_in, C_out) weights for input `a` and the output's
     adjoint `g` (both in `layout`): im2col(a)^T @ g, reusing `cols` (the forward's windows
     of `a`) when given."""
@@ -99,8 +102,8 @@ def _bias_grad(xp, g, layout: str):
     return SUM(xp.reshape(g, (-1, g.shape[-1])), (0,))
 
 
-def conv_grads_portable(g, a, b, stride: int, padding: int, cols=None, layout: str = "NHWC",
-                        bias: bool = False):
+def conv_grads_portable(g: Any, a: Any, b: Any, stride: int, padding: int, cols: Any = None,
+                        layout: str = "NHWC", bias: bool = False) -> tuple[Any, ...]:
     """(input's adjoint, weights' adjoint[, bias's adjoint]) for the output's adjoint `g`:
     CONV_INPUT_GRAD's, CONV_WEIGHT_GRAD's (reusing `cols`) and, with `bias`, g summed over N,
     H and W (the numbers of the three separate adjoints)."""

@@ -36,7 +36,7 @@ def _promoted(op: str, a: Any, b: Any) -> tuple:
     return a, b
 
 
-def check_broadcast(op: str, a, b) -> None:
+def check_broadcast(op: str, a: Any, b: Any) -> None:
     """ValueError naming both shapes unless they broadcast (checked here, not by the library:
     numpy raises ValueError, torch RuntimeError, jax TypeError)."""
     sa, sb = a.shape, b.shape

@@ -17,7 +17,7 @@ import math
 from typing import Any
 
 from ..autograd.tensor import Tensor, TensorOp
-from ..backends import device_of, namespace
+from ..backends import Device, device_of, namespace
 from ..kernels import Kernel
 from .indices import as_index_array
 
@@ -73,7 +73,7 @@ class SegmentSum(TensorOp):
         return EmbeddingLookup()(out_grad, node.inputs[1]), None
 
 
-def index_tensor(indices: Any, n: int, who: str, device=None) -> Tensor:
+def index_tensor(indices: Any, n: int, who: str, device: Device | None = None) -> Tensor:
     """`indices` (a Tensor, array or list of integers, or of floats holding whole numbers) as
     a constant int64 Tensor, checked to lie in [0, n): ValueError naming `who` and the value."""
     if isinstance(indices, Tensor):

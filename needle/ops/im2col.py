@@ -11,6 +11,8 @@ whose reference is the portable one: tests/test_kernels.py checks they agree).
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..autograd.tensor import Tensor, TensorOp
 from ..backends import namespace
 from ..kernels import Kernel
@@ -31,7 +33,7 @@ def _pad_widths(axes, ndim: int | None = None) -> tuple[tuple[int, int], ...]:
     return pairs
 
 
-def pad_array(a, widths):
+def pad_array(a: Any, widths: tuple[tuple[int, int], ...]) -> Any:
     """Zero-pad a raw array by (before, after) `widths` per axis (no copy when all are 0)."""
     if not any(b or e for b, e in widths):
         return a
@@ -54,7 +56,7 @@ class Pad(TensorOp):
         return GetItem(tuple(slice(b, b + n) for (b, _), n in zip(self.axes, shape)))(out_grad)
 
 
-def pad(a: Tensor, axes) -> Tensor:
+def pad(a: Tensor, axes: tuple[tuple[int, int], ...]) -> Tensor:
     """`a` zero-padded by `axes`, a tuple of (before, after) pairs, one per axis."""
     return Pad(_pad_widths(axes, a.ndim))(a)
 
@@ -68,7 +70,7 @@ def _out_size(op: str, size: int, k: int, stride: int, padding: int, shape, kern
     return (span - k) // stride + 1
 
 
-def im2col_portable(a, kernel: tuple[int, int], stride: int, padding: int):
+def im2col_portable(a: Any, kernel: tuple[int, int], stride: int, padding: int) -> Any:
     """(N, H, W, C) -> (N, Ho, Wo, kh*kw*C): every window of the zero-padded input, ordered
     (i, j, c), by basic slicing."""
     xp = namespace(a)
@@ -85,7 +87,8 @@ IM2COL = Kernel("im2col", im2col_portable, fast={
     "cpu": "needle.backends.im2col:im2col_cpu", "cuda": "needle.backends.im2col:im2col_cuda"})
 
 
-def im2col_array(a, kernel: tuple[int, int], stride: int, padding: int, portable: bool = False):
+def im2col_array(a: Any, kernel: tuple[int, int], stride: int, padding: int,
+                 portable: bool = False) -> Any:
     """The windows of a raw NHWC array: the IM2COL kernel (`portable`: its reference)."""
     return (im2col_portable if portable else IM2COL)(a, kernel, stride, padding)
 
@@ -147,7 +150,8 @@ class Taps(TensorOp):
         return Col2Im(node.inputs[0].shape, self.kernel, self.stride, self.padding)(out_grad)
 
 
-def col2im_portable(taps, shape: tuple, kernel: tuple[int, int], stride: int, padding: int):
+def col2im_portable(taps: Any, shape: tuple, kernel: tuple[int, int], stride: int,
+                    padding: int) -> Any:
     """Tap-major windows (kh*kw, N, Ho, Wo, C) added back into zeros of the NHWC `shape`
     (padded, then cropped), tap by tap in row-major order."""
     n, h, w, c = shape
@@ -179,7 +183,8 @@ class Col2Im(TensorOp):
         return Taps(self.kernel, self.stride, self.padding)(out_grad)
 
 
-def im2col(a: Tensor, kernel_size, stride: int = 1, padding: int = 0) -> Tensor:
+def im2col(a: Tensor, kernel_size: int | tuple[int, int], stride: int = 1,
+           padding: int = 0) -> Tensor:
     """The (N, Ho, Wo, K*K*C) windows of NHWC `a` (`kernel_size` an int or a pair)."""
     if not isinstance(kernel_size, (tuple, list)):
         kernel_size = (kernel_size, kernel_size)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..autograd.tensor import Tensor
 from ..backends import namespace
 from ..kernels import ADD_TO_FRESH, Kernel
@@ -10,7 +12,7 @@ from .elementwise import check_broadcast
 from .movement import reshape, sum_to_shape
 
 
-def matmul_portable(a, b):
+def matmul_portable(a: Any, b: Any) -> Any:
     """a @ b of two arrays (xp's matmul: jax's computes float32 at full precision)."""
     return namespace(a).matmul(a, b)
 

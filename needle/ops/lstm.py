@@ -8,6 +8,8 @@ is recorded), so second order works.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..autograd.graph import Value, array_function, array_of
 from ..autograd.tensor import Tensor, constant_like
 from ..backends import namespace
@@ -50,7 +52,7 @@ def _join(blocks: list, out_grad):
     return reshape(stack(parts, 1), (data.shape[0], 4 * data.shape[1]))
 
 
-def lstm_state_portable(z, c):
+def lstm_state_portable(z: Any, c: Any) -> Any:
     """f * c + i * g from the gates z (B, 4H) and the state c (B, H) or None (zeros)."""
     xp = namespace(z)
     hidden = z.shape[1] // 4
@@ -59,13 +61,13 @@ def lstm_state_portable(z, c):
     return ig if c is None else s[:, hidden:] * c + ig
 
 
-def lstm_output_portable(z, c):
+def lstm_output_portable(z: Any, c: Any) -> Any:
     """o * tanh(c) from the gates z (B, 4H) and the new state c (B, H)."""
     hidden = z.shape[1] // 4
     return _sigmoid_formula(z[:, 3 * hidden:]) * namespace(z).tanh(c)
 
 
-def lstm_state_grad_portable(z, c, g):
+def lstm_state_grad_portable(z: Any, c: Any, g: Any) -> Any:
     """[dz | dc] (B, 5H): lstm_cell_state's adjoints of z (B, 4H) and c (zeros without c)
     for the output adjoint g (B, H), in the order of operations of the needle-op rule."""
     xp = namespace(z)
@@ -77,7 +79,7 @@ def lstm_state_grad_portable(z, c, g):
     return xp.concat([g * t * i * (1 - i), df, g * i * (1 - t * t), zero, g * f], axis=1)
 
 
-def lstm_output_grad_portable(z, c, g):
+def lstm_output_grad_portable(z: Any, c: Any, g: Any) -> Any:
     """[dz | dc] (B, 5H): lstm_cell_output's adjoints of z (B, 4H) and c for g (B, H)."""
     xp = namespace(z)
     hidden = z.shape[1] // 4

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from array_api_compat import is_writeable_array
 from array_api_extra import at
@@ -51,7 +52,7 @@ class Reshape(TensorOp):
         return reshape(out_grad, node.inputs[0].shape)
 
 
-def reshape(a: Tensor, shape) -> Tensor:
+def reshape(a: Tensor, shape: tuple[int, ...]) -> Tensor:
     """The same elements in a new shape."""
     return Reshape(shape)(a)
 
@@ -70,7 +71,7 @@ class BroadcastTo(TensorOp):
         return sum_to_shape(out_grad, node.inputs[0].shape)
 
 
-def broadcast_to(a: Tensor, shape) -> Tensor:
+def broadcast_to(a: Tensor, shape: tuple[int, ...]) -> Tensor:
     """Broadcast to `shape`."""
     return BroadcastTo(shape)(a)
 
@@ -150,7 +151,7 @@ class Transpose(TensorOp):
         return transpose(out_grad, self.axes)
 
 
-def transpose(a: Tensor, axes=None) -> Tensor:
+def transpose(a: Tensor, axes: tuple[int, int] | None = None) -> Tensor:
     """Swap two axes (by default the last two)."""
     return Transpose(axes)(a)
 
@@ -179,7 +180,7 @@ class Permute(TensorOp):
         return permute(out_grad, tuple(inverse))
 
 
-def permute(a: Tensor, axes) -> Tensor:
+def permute(a: Tensor, axes: tuple[int, ...]) -> Tensor:
     """Reorder all axes."""
     return Permute(axes)(a)
 
@@ -197,7 +198,7 @@ class Flip(TensorOp):
         return flip(out_grad, self.axes)
 
 
-def flip(a: Tensor, axes) -> Tensor:
+def flip(a: Tensor, axes: int | tuple[int, ...] | None) -> Tensor:
     """Reverse along `axes`."""
     return Flip(axes)(a)
 
@@ -234,7 +235,7 @@ class Dilate(TensorOp):
         return undilate(out_grad, self.axes, self.dilation)
 
 
-def dilate(a: Tensor, axes, dilation: int) -> Tensor:
+def dilate(a: Tensor, axes: int | tuple[int, ...] | None, dilation: int) -> Tensor:
     """Insert `dilation` zeros after each element along `axes`."""
     return Dilate(axes, dilation)(a)
 
@@ -256,12 +257,12 @@ class UnDilate(TensorOp):
         return dilate(out_grad, self.axes, self.dilation)
 
 
-def undilate(a: Tensor, axes, dilation: int) -> Tensor:
+def undilate(a: Tensor, axes: int | tuple[int, ...] | None, dilation: int) -> Tensor:
     """Keep every (dilation+1)-th element along `axes`."""
     return UnDilate(axes, dilation)(a)
 
 
-def normalize_index(index, shape: tuple) -> tuple:
+def normalize_index(index: Any, shape: tuple) -> tuple:
     """An index of ints, slices and one Ellipsis as a tuple with one int or slice per axis."""
     if not isinstance(index, tuple):
         index = (index,)
@@ -290,7 +291,7 @@ def normalize_index(index, shape: tuple) -> tuple:
     return tuple(out)
 
 
-def write_at(xp, out, index: tuple, value, add: bool = False):
+def write_at(xp: Any, out: Any, index: tuple, value: Any, add: bool = False) -> Any:
     """`out[index] = value` (`+=` with `add`), returning `out`: in place where arrays are
     writeable, else (jax) array-api-extra's `at`, which returns the updated copy."""
     if is_writeable_array(out):
@@ -337,7 +338,7 @@ class GetItem(TensorOp):
         return ScatterItem(self.index, node.inputs[0].shape)(out_grad)
 
 
-def get_item(a: Tensor, index) -> Tensor:
+def get_item(a: Tensor, index: Any) -> Tensor:
     """a[index] with ints, slices and one Ellipsis."""
     return GetItem(normalize_index(index, a.shape))(a)
 

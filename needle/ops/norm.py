@@ -11,6 +11,8 @@ With y = (x - mean) * s over `axes`, s = (var + eps)^(-1/2) and the biased varia
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..autograd.tensor import Tensor, TensorOp
 from ..backends import namespace
 from ..backends.rows import as_rows, channels, from_rows
@@ -40,7 +42,8 @@ def _stats(xp, x, axes, eps):
     return centered / std, 1.0 / std, mean, var
 
 
-def normalize_portable(x, axes: tuple[int, ...], eps: float):
+def normalize_portable(x: Any, axes: tuple[int, ...], eps: float
+                       ) -> tuple[Any, Any, Any, Any]:
     """(y, s, mean, var) of x standardised over the non-negative `axes` (see `_stats`).
     BatchNorm's NC... layout (every axis but 1) is standardised as (N * ..., C) rows over
     axis 0, the numbers of the course's BatchNorm2d (which permuted and reshaped to
@@ -55,7 +58,7 @@ def normalize_portable(x, axes: tuple[int, ...], eps: float):
             xp.reshape(var, keep))
 
 
-def normalize_grad_portable(g, y, s, axes: tuple[int, ...]):
+def normalize_grad_portable(g: Any, y: Any, s: Any, axes: tuple[int, ...]) -> Any:
     """s P g = s (g - mean(g) - y mean(g y)) over `axes`: the adjoint at the x that gave
     (y, s), for the output adjoint g (BatchNorm's NC... layout as rows, as above)."""
     xp = namespace(g)
@@ -106,7 +109,7 @@ class Normalize(TensorOp):
         return NormalizeGrad(self.axes, self.eps, node.saved)(node.inputs[0], out_grad)
 
 
-def normalize(x: Tensor, axes, eps: float = 1e-5) -> Tensor:
+def normalize(x: Tensor, axes: int | tuple[int, ...] | None, eps: float = 1e-5) -> Tensor:
     """Standardise `x` over `axes`: zero mean, unit (biased) variance, plus `eps`."""
     return Normalize(axes, eps)(x)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from ..autograd.graph import array_function, array_of
 from ..autograd.tensor import Tensor, TensorOp, constant_like
@@ -59,7 +60,7 @@ class Summation(TensorOp):
         return expand_reduced(out_grad, shape, normalize_axes("sum", self.axes, shape))
 
 
-def summation(a: Tensor, axes=None) -> Tensor:
+def summation(a: Tensor, axes: int | tuple[int, ...] | None = None) -> Tensor:
     """Sum over `axes` (None, an int, a tuple or a list)."""
     return Summation(axes)(a)
 
@@ -95,7 +96,8 @@ def _max_share(a, axes: tuple[int, ...]):
     return mask / xp.sum(mask, axis=axes, keepdims=True)
 
 
-def max(a: Tensor, axes=None, keepdims: bool = False) -> Tensor:  # noqa: A001
+def max(a: Tensor, axes: int | tuple[int, ...] | None = None,  # noqa: A001
+        keepdims: bool = False) -> Tensor:
     """Maximum over `axes`."""
     return Max(axes, keepdims)(a)
 
@@ -125,7 +127,7 @@ class LogSumExp(TensorOp):
         return expand_reduced(out_grad, shape, axes) * exp(logsoftmax(a, axes))
 
 
-def logsumexp(a: Tensor, axes=None) -> Tensor:
+def logsumexp(a: Tensor, axes: int | tuple[int, ...] | None = None) -> Tensor:
     """log(sum(exp(a))) over `axes`, max-stabilised."""
     return LogSumExp(axes)(a)
 
@@ -156,12 +158,12 @@ class LogSoftmax(TensorOp):
         return out_grad - exp(node.result) * total
 
 
-def logsoftmax(a: Tensor, axes=-1) -> Tensor:
+def logsoftmax(a: Tensor, axes: int | tuple[int, ...] | None = -1) -> Tensor:
     """log(softmax(a)) over `axes` (the last by default), max-stabilised."""
     return LogSoftmax(axes)(a)
 
 
-def softmax_xent_portable(logits, labels):
+def softmax_xent_portable(logits: Any, labels: Any) -> tuple[Any, Any, Any]:
     """(mean cross-entropy, exp(logits - row max), row sums) of (N, k) logits against the
     int64 (N,) `labels`: the forward and what its gradient needs."""
     xp = namespace(logits)
@@ -173,7 +175,8 @@ def softmax_xent_portable(logits, labels):
     return xp.sum(xp.log(sums) - picked) * mean_factor(n), e, sums
 
 
-def softmax_xent_grad_portable(e, sums, labels, g, overwrite: bool = False):
+def softmax_xent_grad_portable(e: Any, sums: Any, labels: Any, g: Any,
+                               overwrite: bool = False) -> Any:
     """g (softmax - onehot(labels)) / N from e = exp(logits - row max) and its row sums
     (`overwrite`: e is used by nothing else, and a fast version may write the result over it)."""
     xp = namespace(e)
@@ -273,6 +276,6 @@ def _one_hot(labels, k: int, dtype):
     return xp.astype(xp.reshape(labels, (labels.shape[0], 1)) == classes, dtype)
 
 
-def softmax_cross_entropy(logits: Tensor, labels) -> Tensor:
+def softmax_cross_entropy(logits: Tensor, labels: Any) -> Tensor:
     """Mean softmax cross-entropy of (N, k) logits against int64 `labels` (a device array)."""
     return SoftmaxCrossEntropy(labels)(logits)

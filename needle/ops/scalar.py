@@ -70,7 +70,7 @@ class AddScalar(TensorOp):
         return out_grad
 
 
-def add_scalar(a: Tensor, scalar) -> Tensor:
+def add_scalar(a: Tensor, scalar: Any) -> Tensor:
     """a + scalar."""
     return AddScalar(scalar)(a)
 
@@ -95,7 +95,7 @@ class MulScalar(TensorOp):
         return out_grad * self.scalar
 
 
-def mul_scalar(a: Tensor, scalar) -> Tensor:
+def mul_scalar(a: Tensor, scalar: Any) -> Tensor:
     """a * scalar."""
     return MulScalar(scalar)(a)
 
@@ -123,7 +123,7 @@ class PowerScalar(TensorOp):
         return out_grad * self.scalar * a ** (self.scalar - 1)
 
 
-def power_scalar(a: Tensor, scalar) -> Tensor:
+def power_scalar(a: Tensor, scalar: Any) -> Tensor:
     """a ** scalar."""
     return PowerScalar(scalar)(a)
 
@@ -161,7 +161,7 @@ def _log_zero_base(out, a):
     return xp.where(a < 0, xp.full_like(out, -math.inf), xp.zeros_like(out))
 
 
-def rpower_scalar(a: Tensor, scalar) -> Tensor:
+def rpower_scalar(a: Tensor, scalar: Any) -> Tensor:
     """scalar ** a, elementwise (`scalar ** tensor`)."""
     return RPowerScalar(scalar)(a)
 
@@ -186,6 +186,6 @@ class DivScalar(TensorOp):
         return out_grad / self.scalar
 
 
-def divide_scalar(a: Tensor, scalar) -> Tensor:
+def divide_scalar(a: Tensor, scalar: Any) -> Tensor:
     """a / scalar."""
     return DivScalar(scalar)(a)

@@ -9,6 +9,8 @@ whose own gradient (second order) is built from needle ops.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..autograd.tensor import Tensor, TensorOp
 from ..backends import namespace
 from ..kernels import SUM, Kernel
@@ -28,7 +30,7 @@ def _causal(xp, z):
     return z + xp.astype(later, z.dtype) * NEG_MAX
 
 
-def softmax_portable(a, temperature: float, causal: bool):
+def softmax_portable(a: Any, temperature: float, causal: bool) -> Any:
     """softmax(a / temperature) over the last axis, the course's way: exp(z - max) /
     sum(exp(z - max)), with the causal mask added to z first when asked."""
     xp = namespace(a)
@@ -39,7 +41,7 @@ def softmax_portable(a, temperature: float, causal: bool):
     return e / SUM(e, (e.ndim - 1,), True)
 
 
-def softmax_grad_portable(y, g, temperature: float):
+def softmax_grad_portable(y: Any, g: Any, temperature: float) -> Any:
     """y (g - sum(g y)) / temperature, the sum over the last axis."""
     gy = g * y
     out = gy - y * SUM(gy, (gy.ndim - 1,), True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from ..autograd.graph import Value
@@ -147,7 +148,7 @@ class FusedAddScalars(TensorTupleOp):
         return out_grad[0] + out_grad[1]
 
 
-def fused_add_scalars(x: Tensor, c0, c1) -> TensorTuple:
+def fused_add_scalars(x: Tensor, c0: Any, c1: Any) -> TensorTuple:
     """The tuple (x + c0, x + c1)."""
     return FusedAddScalars(c0, c1)(x)
 
@@ -172,7 +173,7 @@ class Stack(TensorOp):
         return _one_adjoint(split(out_grad, self.axis))
 
 
-def stack(args, axis: int) -> Tensor:
+def stack(args: Iterable[Any], axis: int) -> Tensor:
     """Stack tensors along a new axis."""
     tensors = list(args)
     if not tensors:

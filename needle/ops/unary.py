@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..autograd.tensor import Tensor, TensorOp
 from ..backends import namespace
 from ..kernels import Kernel
@@ -38,7 +40,7 @@ def exp(a: Tensor) -> Tensor:
     return Exp()(a)
 
 
-def relu_portable(a):
+def relu_portable(a: Any) -> Any:
     """max(a, 0) elementwise (NaN kept, -0 made +0)."""
     return namespace(a).maximum(a, 0)
 
@@ -57,7 +59,7 @@ class ReLU(TensorOp):
         return ReLUGrad()(out_grad, node.inputs[0])
 
 
-def relu_grad_portable(g, a):
+def relu_grad_portable(g: Any, a: Any) -> Any:
     """g times ReLU's derivative at a: g * (1 where a > 0, else 0, in a's dtype)."""
     return g * namespace(a).astype(a > 0, a.dtype)
 
