@@ -196,6 +196,19 @@ def test_device_may_differ_on_resume(device, fast, tmp_path):
     assert state["epoch"] == 2 and state["config"]["device"] == cli_name(device)
 
 
+def test_a_checkpoint_with_a_device_generator_resumes_on_another_device(device, fast, tmp_path):
+    """A run on a device with a generator of its own (torch, jax, cuda) continues on the cpu
+    (the cpu's on strict): numpy's state is restored, the device generator's is left behind
+    (it fits its own kind alone; it failed as "does not fit this model", or a traceback)."""
+    ck = tmp_path / "ck.npz"
+    assert train.main(["--epochs", "2", "--stop-after", "1", "--checkpoint", str(ck),
+                       "--device", cli_name(device), *fast]) == 0
+    assert ("device" in ndl.load(ck)["rng"]) == (device.kind not in ("cpu", "strict"))
+    other = "strict" if device.kind == "cpu" else "cpu"
+    assert train.main(["--resume", str(ck), "--device", other, "--quiet"]) == 0
+    assert ndl.load(ck)["epoch"] == 2
+
+
 # ----- usage errors: exit 2 before training ---------------------------------------------------
 
 

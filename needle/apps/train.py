@@ -148,7 +148,8 @@ def setup(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Run:
               args.resume, stop_after=args.stop_after, quiet=args.quiet,
               compile=not args.no_compile, cuda_graph=cuda_graph)
     if stored is not None:
-        train_checkpoint.restore(parser, args.resume, stored, run.model, run.opt, device)
+        train_checkpoint.restore(parser, args.resume, stored, run.model, run.opt, device,
+                                 config["device"])
         run.start, run.seconds, run.saved = start, stored["seconds"], (args.resume, start)
     if not (args.distributed and dist.rank() != 0):  # under --distributed rank 0 alone writes
         run.log = curves.EpochLog.from_args(

@@ -55,13 +55,15 @@ def read(parser: argparse.ArgumentParser, path: Path) -> dict[str, Any]:
 
 
 def restore(parser: argparse.ArgumentParser, path: Path, ck: dict[str, Any],
-            model: ndl.nn.Module, opt: ndl.optim.Optimizer, device: ndl.Device) -> None:
+            model: ndl.nn.Module, opt: ndl.optim.Optimizer, device: ndl.Device,
+            device_name: str) -> None:
     """Load the checkpoint `ck` (read from `path`) into a fresh model and optimizer, and set
-    the random state; a model it does not fit is a usage error."""
+    the random state (the device generator's only where `device_name` is the device the
+    checkpoint ran on); a model it does not fit is a usage error."""
     try:
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["optimizer"])
-        set_rng_state(ck["rng"], device)
+        set_rng_state(ck["rng"], device if ck["config"]["device"] == device_name else None)
     except (ValueError, TypeError, KeyError) as e:
         parser.error(f"--resume: {path} does not fit this model: {e}")
 
@@ -84,10 +86,12 @@ def rng_state(device: ndl.Device) -> dict:
     return state
 
 
-def set_rng_state(state: dict, device: ndl.Device) -> None:
-    """Set numpy's global state and the device generator's (where stored) from `state`."""
+def set_rng_state(state: dict, device: ndl.Device | None) -> None:
+    """Set numpy's global state and, where stored, the generator's of `device`, the device
+    the state came from (None for another: a generator's state fits its own kind alone, and
+    the new device's generator seeds itself from numpy's state at its first draw)."""
     np.random.set_state(("MT19937", np.asarray(state["keys"], dtype=np.uint32),
                          int(state["pos"]), int(state["has_gauss"]),
                          float(state["cached_gaussian"])))
-    if "device" in state:
+    if "device" in state and device is not None:
         device.set_rng_state(state["device"])
