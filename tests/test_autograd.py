@@ -642,3 +642,25 @@ def test_a_backward_that_frees_the_graph_lets_the_cross_entropy_reuse_its_expone
     assert given == [True, False, False]
     for g in grads[1:]:  # the same arithmetic, in place or not
         np.testing.assert_array_equal(g, grads[0])
+
+
+def test_assigning_a_grad_of_another_shape_or_device_is_refused(device):
+    """`.grad =` takes a Tensor of the tensor's shape and device, as PyTorch's does: a (200,)
+    gradient given to a (3, 200) parameter was broadcast into the optimizer's update on some
+    devices (and its state took the wrong shape) and failed obscurely on others."""
+    p = ndl.nn.Parameter(ndl.init.zeros(3, 200, device=device))
+    with pytest.raises(ValueError, match=r"shape \(200,\) to a tensor with shape \(3, 200\)"):
+        p.grad = ndl.init.ones(200, device=device)
+    other = ndl.strict() if device != ndl.strict() else ndl.cpu()
+    if other.enabled():
+        with pytest.raises(ValueError, match="device"):
+            p.grad = ndl.init.ones(3, 200, device=other)
+    with pytest.raises(TypeError, match="needle Tensor or None, got list"):
+        p.grad = [[0.0] * 200] * 3
+    assert p.grad is None
+    opt = ndl.optim.Adam([p], lr=1.0)
+    p.grad = ndl.Tensor(np.ones((3, 200)), device=device, dtype="float64")  # another float dtype
+    opt.step()
+    assert p.dtype == "float32" and p.shape == (3, 200)
+    np.testing.assert_allclose(p.numpy(), -np.ones((3, 200)), rtol=1e-6)
+    p.grad = None

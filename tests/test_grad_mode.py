@@ -88,6 +88,21 @@ def test_enable_grad_inside_no_grad(device):
     np.testing.assert_allclose(x.grad.numpy(), [3.0, 3.0])
 
 
+def test_backward_inside_no_grad_computes_the_gradients(device):
+    """backward() called under no_grad() differentiates the graph built before it, both
+    ways; with create_graph (the default) the gradients are recorded, as PyTorch's are (it
+    raised a TypeError: the rules ran on raw arrays with a Tensor adjoint among them)."""
+    for create_graph in (True, False):
+        x = ndl.Tensor([1.0, -2.0, 3.0], device=device, dtype="float64")
+        y = (x * x).exp().sum()
+        with ndl.no_grad():
+            y.backward(create_graph=create_graph)
+            assert not ndl.is_grad_enabled()
+        expected = 2 * np.array([1.0, -2.0, 3.0]) * np.exp(np.array([1.0, 4.0, 9.0]))
+        np.testing.assert_allclose(x.grad.numpy(), expected, rtol=1e-12)
+        assert x.grad.requires_grad == create_graph
+
+
 def test_set_grad_enabled_as_call_and_as_context_manager():
     with ndl.set_grad_enabled(False):
         assert not ndl.is_grad_enabled()

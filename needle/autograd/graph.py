@@ -157,6 +157,8 @@ class Value:
 
     @grad.setter
     def grad(self, value: Value | None) -> None:
+        if value is not None:
+            self._check_grad(value)
         self._grad = value
         if _TRACER is not None:
             _TRACER.grad_set(self)
@@ -164,6 +166,10 @@ class Value:
     def _wrap_adjoint(self, grad: Any) -> Value:
         """A constant Value of this kind holding an adjoint array (Tensor, TensorTuple)."""
         raise NotImplementedError()
+
+    def _check_grad(self, value: Any) -> None:
+        """Raise unless `value` can be this value's `.grad` (a Tensor checks its kind, shape,
+        dtype and device)."""
 
     def is_leaf(self) -> bool:
         """True for values not produced by an op."""

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..backend_ndarray import NDArray
 from ..backends import Device, default_device
-from ..grad_mode import no_grad
+from ..grad_mode import enable_grad, no_grad
 from . import graph as _graph
 from .engine import backward
 from .graph import Op, Value, mark_modified
@@ -229,11 +229,25 @@ class Tensor(Value):
                                   requires_grad=False)
             self._check_out_grad(out_grad)
         retain = create_graph if retain_graph is None else bool(retain_graph)
-        if create_graph:
-            backward(self, out_grad, retain)
+        if create_graph:  # recorded even under no_grad(), as PyTorch's create_graph=True is
+            with enable_grad():
+                backward(self, out_grad, retain)
         else:
             with no_grad():
                 backward(self, out_grad._array, retain)
+
+    def _check_grad(self, value: Any) -> None:
+        """Raise TypeError or ValueError, naming both sides, unless `value` is a Tensor of
+        this tensor's shape and device (PyTorch refuses other `.grad`s too; another float
+        dtype is allowed: the optimizers keep the parameter's)."""
+        if not isinstance(value, Tensor):
+            raise TypeError(f"grad: a tensor's gradient is a needle Tensor or None, got "
+                            f"{type(value).__name__}")
+        for what, mine, theirs in (("shape", self.shape, value.shape),
+                                   ("device", self.device, value.device)):
+            if mine != theirs:
+                raise ValueError(f"grad: assigned a gradient with {what} {theirs} to a tensor "
+                                 f"with {what} {mine}; a gradient has its tensor's {what}")
 
     def _check_out_grad(self, out_grad: Tensor) -> None:
         """Raise a ValueError naming both sides unless `out_grad` fits this tensor."""
