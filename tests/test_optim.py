@@ -342,6 +342,36 @@ def test_flat_cache_is_explicit_per_group_and_never_stale(device, monkeypatch):
         np.testing.assert_allclose(p.numpy(), ref, rtol=1e-12, atol=1e-14)
 
 
+
+@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("direction", ["to", "from"])
+def test_state_follows_parameters_that_module_to_moved(rule, direction, device):
+    """`Module.to()` after steps: the next step (and state_dict) first moves each moved
+    parameter's state to its new device, an exact copy, so the updates are those of the state
+    loaded there by load_state_dict; flat groups and big parameters alike."""
+    make, _ = RULES[rule]
+    home, away = (ndl.cpu(), device) if direction == "to" else (device, ndl.cpu())
+    params = params_on(home, shapes=MIXED)
+    model = nn.Module()
+    model.params = params
+    opt = make(params)
+    run(opt, params, home, steps=2)
+    copies = [nn.Parameter(p.numpy(), device=away) for p in params]
+    reference = make(copies)
+    reference.load_state_dict(opt.state_dict())
+    model.to(away)
+    for entry in opt.state_dict()["state"].values():
+        assert all(t.device == away and away.owns(t._array) for t in entry.values())
+    run(opt, params, away, steps=2, first=2)
+    run(reference, copies, away, steps=2, first=2)
+    for i, (a, b) in enumerate(zip(params, copies)):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+        for name in opt.state_names:
+            assert away.owns(opt.state[i][name])
+            np.testing.assert_array_equal(away.to_numpy(opt.state[i][name]),
+                                          away.to_numpy(reference.state[i][name]))
+
+
 # ----- the devices' in-place kernels (cpu, cuda) --------------------------------------
 IN_PLACE_RULES = {
     "sgd": lambda ps: optim.SGD(ps, lr=0.1),

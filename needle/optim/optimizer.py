@@ -74,7 +74,8 @@ class Optimizer:
 
     `state[i]` holds the raw device arrays of parameter i (momentum, moments). Updates are
     computed on raw arrays and assigned to each parameter's data, so no graph is recorded,
-    the parameter object and dtype stay the same, and `.grad` is never modified.
+    the parameter object and dtype stay the same, and `.grad` is never modified. A parameter
+    that `Module.to()` moved takes its state along (an exact copy) at the next step.
     """
 
     #: names of the hyperparameters (constructor arguments), saved in state_dict
@@ -168,6 +169,7 @@ class Optimizer:
             data = p._array
             if self._owned.get(i) is not data:
                 data = xp.asarray(data, copy=True)
+                self._follow(i)  # new data: perhaps moved to another device (Module.to)
             datas.append(data)
         updated = self._update_many(datas, grads, [self.state.get(i, {}) for i in indices])
         for i, p, (data, state) in zip(indices, params, updated):
@@ -223,6 +225,8 @@ class Optimizer:
         flat = cache.flat_state(tuple(indices), self.state) if cache is not None else None
         if flat is not None:
             return flat  # every per-parameter entry is still last step's view
+        for i in indices:
+            self._follow(i)
         return {
             name: xp.concat([
                 xp.reshape(self.state.get(i, {}).get(name, xp.zeros_like(p._array)), (-1,))
@@ -230,6 +234,18 @@ class Optimizer:
             ])
             for name in self.state_names
         }
+
+    def _follow(self, i: int) -> None:
+        """Move parameter i's state to the parameter's device where `Module.to()` moved the
+        parameter since the state was made: an exact copy (cast to the parameter's dtype)."""
+        state = self.state.get(i)
+        p = self.params[i]
+        if not state or all(p.device.owns(a) for a in state.values()):
+            return
+        self.state[i] = {name: a if p.device.owns(a) else p.device.asarray(a, dtype=p.dtype)
+                         for name, a in state.items()}
+        for key in [k for k, group in self._flat.items() if i in group.indices]:
+            del self._flat[key]  # its flat arrays are on the old device
 
     def _update(self, param: Any, grad: Any, state: dict) -> tuple[Any, dict]:
         """The new parameter array and state from the old ones (any shape, elementwise).
@@ -256,6 +272,8 @@ class Optimizer:
     # ----- state -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """{"state": {index: {name: Tensor}}, "hyperparameters": {...}, "t": steps}."""
+        for i in list(self.state):
+            self._follow(i)
         device_of = {i: p.device for i, p in enumerate(self.params)}
         return {
             "state": {
