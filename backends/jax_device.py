@@ -8,7 +8,8 @@ before or after the first jax use gives the same numbers.
 (`JAX_ENABLE_X64=1`, or `jax.config.update("jax_enable_x64", True)` before the device's first
 use) float64 works as on every device. With it off (jax's default) the device holds at most
 32-bit types, as `jnp.asarray` makes them: 64-bit data becomes 32-bit, and asking for dtype
-float64 (or int64, ...) raises a TypeError that says how to enable x64.
+float64 (or int64, ...) raises a TypeError that says how to enable x64. 64-bit host integers
+outside 32 bits raise a ValueError rather than wrap.
 """
 
 from __future__ import annotations
@@ -128,7 +129,15 @@ class JaxDevice(Device):
     # ----- conversion ------------------------------------------------------------------
     def _from_dlpack(self, obj: Any) -> Any:
         """jax's from_dlpack onto this device: zero-copy where XLA can use the buffer (host
-        memory aligned to 64 bytes), else a copy; 64-bit data becomes 32-bit while x64 is off."""
+        memory aligned to 64 bytes), else a copy; 64-bit data becomes 32-bit while x64 is off
+        (host integers outside 32 bits: a ValueError, as `adopt_numpy`)."""
+        if not self.x64 and self.dlpack_device[0] == 1:  # host memory, seen by numpy as is
+            try:
+                host = np.from_dlpack(obj)
+            except (BufferError, TypeError, ValueError, RuntimeError):
+                host = None  # a dtype numpy lacks: no integers to check
+            if host is not None:
+                self._check_narrowing(host)
         return self.xp.from_dlpack(obj, device=self._native)
 
     def owns(self, array: Any) -> bool:
@@ -143,8 +152,22 @@ class JaxDevice(Device):
         self._require()
         narrower = None if self.x64 else NARROWER.get(array.dtype.name)
         if narrower is not None:
+            self._check_narrowing(array)
             array = array.astype(narrower)
         return self._jax.device_put(array, self._native)
+
+    def _check_narrowing(self, array: np.ndarray) -> None:
+        """A ValueError where 64-bit host integers do not fit the 32 bits they become while
+        x64 is off (the cast would wrap them: an id 2**40 read as 0)."""
+        narrower = NARROWER.get(array.dtype.name)
+        if self.x64 or narrower is None or array.dtype.kind not in "iu" or array.size == 0:
+            return
+        low, high = int(array.min()), int(array.max())
+        info = np.iinfo(narrower)
+        if low < info.min or high > info.max:
+            raise ValueError(f"{self}: {array.dtype} data with values in [{low}, {high}] does "
+                             f"not fit {narrower} ([{info.min}, {info.max}]), which holds it "
+                             f"while jax's 64-bit types are off; {X64_HINT}")
 
     def from_numpy(self, array: np.ndarray) -> Any:
         """A copy of the host data (jax may share a numpy buffer on the cpu: copy it first)."""

@@ -151,6 +151,43 @@ def test_jax_without_x64_holds_32_bit_types_and_leaves_jax_alone():
         """)
 
 
+
+def test_jax_without_x64_refuses_integers_that_32_bits_cannot_hold():
+    """int64 data becomes int32 while x64 is off: values outside int32 raise a ValueError
+    (they wrapped, and an embedding id or label 2**40 read as 0), in range they convert."""
+    pytest.importorskip("jax")
+    run_python("""
+        import numpy as np, needle as ndl
+        dev = ndl.jax()
+
+        def refused(make, dtype, low, high):
+            try:
+                make()
+            except ValueError as e:
+                for part in (f"[{low}, {high}]", dtype, "jax_enable_x64"):
+                    assert part in str(e), (part, str(e))
+            else:
+                raise AssertionError(f"{dtype} data in [{low}, {high}] was accepted")
+
+        refused(lambda: ndl.nn.Embedding(5, 3, device=dev)(
+            ndl.Tensor(np.array([[2**40, 0]]), device=dev)), "int64", 0, 2**40)
+        logits = ndl.Tensor(np.zeros((1, 5)), device=dev, dtype="float32")
+        refused(lambda: ndl.nn.SoftmaxLoss()(logits, ndl.Tensor([2**33], device=dev)),
+                "int64", 2**33, 2**33)
+        refused(lambda: ndl.Tensor(np.array([-2**31 - 1, 3]), device=dev), "int64",
+                -2**31 - 1, 3)
+        refused(lambda: ndl.Tensor(np.array([2**32], dtype=np.uint64), device=dev), "uint64",
+                2**32, 2**32)
+        refused(lambda: ndl.from_dlpack(np.array([2**40]), device=dev), "int64", 2**40, 2**40)
+        edges = ndl.Tensor(np.array([-2**31, 2**31 - 1]), device=dev)
+        assert edges.dtype == "int32" and edges.numpy().tolist() == [-2**31, 2**31 - 1]
+        top = ndl.Tensor(np.array([2**32 - 1], dtype=np.uint64), device=dev)
+        assert top.dtype == "uint32" and top.numpy().tolist() == [2**32 - 1]
+        assert ndl.Tensor(np.zeros(0, dtype=np.int64), device=dev).shape == (0,)
+        assert ndl.from_dlpack(np.array([7, -7]), device=dev).numpy().tolist() == [7, -7]
+        """)
+
+
 def test_jax_with_x64_holds_float64():
     pytest.importorskip("jax")
     run_python("""
