@@ -61,6 +61,24 @@ def test_sequential_modules_are_indexable(device):
         nn.Sequential(a, 3)
 
 
+
+def test_sequential_slices_are_sequentials(device):
+    """As PyTorch: a slice is a Sequential of those modules (callable), an index the module."""
+    np.random.seed(0)
+    a, b, c = nn.Linear(3, 4, device=device), nn.ReLU(), nn.Linear(4, 2, device=device)
+    seq = nn.Sequential(a, b, c)
+    head = seq[0:2]
+    assert type(head) is nn.Sequential and head.modules == [a, b]
+    x = T(data(5, 3), device, dtype="float32")
+    np.testing.assert_array_equal(head(x).numpy(), b(a(x)).numpy())
+    assert seq[-1] is c and seq[-3] is a and seq[-2:].modules == [b, c]
+    assert seq[::-1].modules == [c, b, a] and len(seq[5:]) == 0
+    seq.eval()
+    assert not seq[1:].training  # the slice is in the mode of the Sequential it came from
+    with pytest.raises(IndexError):
+        seq[3]
+
+
 # ----- Linear --------------------------------------------------------------------------
 def test_linear_draws_weight_then_bias_from_numpy(device):
     np.random.seed(12)

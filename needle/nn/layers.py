@@ -71,7 +71,12 @@ class Sequential(Module):
             x = module(x)
         return x
 
-    def __getitem__(self, index: int) -> Module:
+    def __getitem__(self, index: int | slice) -> Module:
+        """The module at `index`; a slice gives a Sequential of those modules (as PyTorch)."""
+        if isinstance(index, slice):
+            out = Sequential(*self.modules[index])
+            out.training = self.training
+            return out
         return self.modules[index]
 
     def __len__(self) -> int:
