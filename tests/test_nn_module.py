@@ -102,6 +102,26 @@ def test_repr_is_pytorch_like(device):
     assert repr(nn.LayerNorm1d(5, device=device)) == "LayerNorm1d(5, eps=1e-05)"
 
 
+
+def test_repr_lists_a_shared_module_at_each_place(device):
+    """As PyTorch: a module held twice is printed at both places; it counts once elsewhere."""
+    shared = nn.Linear(2, 2, device=device)
+    seq = nn.Sequential(shared, nn.ReLU(), shared)
+    assert repr(seq) == """Sequential(
+  (0): Linear(in_features=2, out_features=2, bias=True)
+  (1): ReLU()
+  (2): Linear(in_features=2, out_features=2, bias=True)
+)"""
+    assert len(seq.parameters()) == 2 and len(seq.children()) == 2
+    pair = nn.Module()
+    pair.first, pair.second, pair.same = shared, [shared, nn.Tanh()], pair
+    assert repr(pair) == """Module(
+  (first): Linear(in_features=2, out_features=2, bias=True)
+  (second.0): Linear(in_features=2, out_features=2, bias=True)
+  (second.1): Tanh()
+)"""
+
+
 def test_state_dict_has_parameters_and_buffers_detached(device):
     m = model(device)
     state = m.state_dict()

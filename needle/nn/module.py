@@ -65,6 +65,20 @@ def _walk(obj: Any, prefix: str = "", recurse: bool = True, saved_only: bool = F
             yield from _walk(value, name + ".", recurse, saved_only, seen)
 
 
+def _places(obj: Any, prefix: str = "", open_: frozenset[int] = frozenset()
+            ) -> Iterator[tuple[str, Module]]:
+    """Every Module one level below `obj` at each place that holds it (a shared one at each,
+    as PyTorch's repr); never `obj` itself, nor a container inside itself."""
+    open_ = open_ | {id(obj)}
+    for key, value in _items(obj):
+        if id(value) in open_:
+            continue
+        if isinstance(value, Module):
+            yield f"{prefix}{key}", value
+        elif isinstance(value, (dict, list, tuple)):
+            yield from _places(value, f"{prefix}{key}.", open_)
+
+
 def _buffer_table(module: Module) -> dict[str, bool]:
     """The module's registered buffer names, each mapped to "persistent" (in state_dict)."""
     return vars(module).get("_buffers", {})
@@ -286,7 +300,7 @@ class Module:
         return name
 
     def __repr__(self) -> str:
-        lines = [f"({self._repr_name(n)}): {_indent(repr(m))}" for n, m in self.named_children()]
+        lines = [f"({self._repr_name(n)}): {_indent(repr(m))}" for n, m in _places(self)]
         head = f"{type(self).__name__}({self.extra_repr()}"
         if not lines:
             return head + ")"
