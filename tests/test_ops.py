@@ -262,10 +262,14 @@ CASES = [
     Case("dilate", lambda a: ndl.dilate(a, (0, 2), 2), lambda a: np_dilate(a, (0, 2), 2),
          [(2, 3, 2)]),
     Case("undilate", lambda a: ndl.undilate(a, (1,), 1), lambda a: a[:, ::2], [(2, 6)]),
+    Case("undilate_ragged", lambda a: ndl.undilate(a, (0, 1), 2), lambda a: a[::3, ::3],
+         [(5, 4)], exact=True),  # lengths that are no multiple of the step
     Case("getitem_int", lambda a: a[1], lambda a: a[1], [(3, 4)]),
     Case("getitem_slices", lambda a: a[1:, ::2], lambda a: a[1:, ::2], [(3, 5)]),
     Case("getitem_mixed", lambda a: a[-1, ..., 1:3], lambda a: a[-1, ..., 1:3],
          [(2, 3, 4)]),
+    Case("getitem_out_of_range", lambda a: a[1:100, -9:2], lambda a: a[1:100, -9:2],
+         [(3, 4)], exact=True),
     Case("getitem_neg_step", lambda a: a[::-2, 1, 3:0:-2], lambda a: a[::-2, 1, 3:0:-2],
          [(5, 3, 4)]),
     Case("scatter_item", lambda a: ndl.ScatterItem((1, slice(None, None, -2)), (3, 5))(a),
@@ -715,6 +719,29 @@ def test_tuple_get_item_of_make_tuple_adds_no_node(device):
     assert ndl.make_tuple(a, b)[1] is b
     with pytest.raises(TypeError):
         ndl.TupleGetItem(0)(ndl.make_tuple(a, b), False)  # no fold_const parameter
+
+
+OUT_OF_RANGE_SLICES = [slice(1, 100), slice(-5, None), slice(None, -10), slice(5, 10),
+                       slice(2, 1), slice(-100, 100, 2), slice(100, -100, -1),
+                       slice(-100, 1, -1), slice(1, -100, -2), slice(10, 2, -1)]
+
+
+@pytest.mark.parametrize("index", OUT_OF_RANGE_SLICES, ids=str)
+def test_out_of_range_slice_bounds_are_clipped_as_numpy_does(index, device):
+    """numpy, torch and jax clip slice bounds to the axis; array-api-strict refuses them."""
+    a = np.arange(12.0).reshape(3, 4)
+    x = ndl.Tensor(a, device=device, dtype="float64")
+    out = x[index]
+    assert out.shape == a[index].shape
+    np.testing.assert_array_equal(out.numpy(), a[index])
+    cot = np.arange(1.0, a[index].size + 1).reshape(a[index].shape)
+    expected = np.zeros_like(a)
+    expected[index] = cot
+    for create_graph in (True, False):
+        x = ndl.Tensor(a, device=device, dtype="float64")
+        x[index].backward(ndl.Tensor(cot, device=device, dtype="float64"),
+                          create_graph=create_graph)
+        np.testing.assert_array_equal(x.grad.numpy(), expected)
 
 
 @pytest.mark.parametrize("index", [(1, slice(None)), (slice(None, None, -1), 2),

@@ -172,3 +172,26 @@ def test_stack_of_up_to_five_tensors_on_any_axis(count, axis, device):
     node_grad = out.op.gradient(as_tensor(np.ones(out.shape), device, requires_grad=False), out)
     assert isinstance(node_grad, ndl.TensorTuple) and len(node_grad) == count
     check_gradients(lambda *xs: ndl.stack(list(xs), axis), *arrays, device=device)
+
+
+@pytest.mark.parametrize("shape, axes, d, kept", [
+    ((5,), (0,), 1, (1, 0, 1, 0, 1)),
+    ((4,), (0,), 2, (1, 0, 0, 1)),
+    ((7,), (0,), 3, (1, 0, 0, 0, 1, 0, 0)),
+    ((1,), (0,), 4, (1,)),
+])
+@pytest.mark.parametrize("create_graph", [True, False])
+def test_undilate_adjoint_has_the_input_shape_for_any_length(shape, axes, d, kept,
+                                                             create_graph, device):
+    """An axis whose length is no multiple of dilation+1: the adjoint is the input's shape
+    (dilate alone would give the next multiple), with ones where undilate kept an element."""
+    x = as_tensor(np.arange(float(np.prod(shape))).reshape(shape), device)
+    ndl.undilate(x, axes, d).sum().backward(create_graph=create_graph)
+    assert x.grad.shape == shape
+    np.testing.assert_array_equal(x.grad.numpy(), np.array(kept, dtype=float))
+
+
+@pytest.mark.parametrize("axes, d", [((0, 2), 1), ((1,), 2), ((0, 1, 2), 3)])
+def test_undilate_of_ragged_axes_matches_finite_differences(axes, d, device):
+    a = np.random.default_rng(6).standard_normal((5, 3, 7))
+    check_gradients(lambda x: ndl.undilate(x, axes, d), a, device=device)

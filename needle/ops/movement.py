@@ -254,7 +254,13 @@ class UnDilate(TensorOp):
                        for i in range(a.ndim))]
 
     def gradient(self, out_grad, node):
-        return dilate(out_grad, self.axes, self.dilation)
+        # dilate gives each axis n*(d+1) entries: trimmed to the input's length where that
+        # was no multiple of d+1 (the entries past it were never read)
+        shape = tuple(node.inputs[0].shape)
+        grad = dilate(out_grad, self.axes, self.dilation)
+        if tuple(grad.shape) == shape:
+            return grad
+        return GetItem(tuple(slice(0, n, 1) for n in shape))(grad)
 
 
 def undilate(a: Tensor, axes: int | tuple[int, ...] | None, dilation: int) -> Tensor:
@@ -287,8 +293,17 @@ def normalize_index(index: Any, shape: tuple) -> tuple:
             if not -size <= item < size:
                 raise IndexError(f"index {item} is out of bounds for an axis of size {size}")
             item %= size
+        elif item.step is None or item.step >= 0:  # (a step of 0: ValueError)
+            item = _clip_slice(item, size)
         out.append(item)
     return tuple(out)
+
+
+def _clip_slice(item: slice, size: int) -> slice:
+    """A forward slice with its bounds clipped to an axis of `size`, as numpy takes them
+    (strict refuses bounds outside the axis); negative-step slices are `forward_steps`'s."""
+    start, stop, step = item.indices(size)
+    return slice(start, max(start, stop), step)
 
 
 def write_at(xp: Any, out: Any, index: tuple, value: Any, add: bool = False) -> Any:
