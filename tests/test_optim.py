@@ -149,6 +149,37 @@ def test_bad_hyperparameters_raise(make, message, device):
         make(params_on(device))
 
 
+
+class Real:
+    """A number of the user's own: anything with __float__ is taken as a real number."""
+
+    def __float__(self) -> float:
+        return 0.25
+
+
+@pytest.mark.parametrize("make", [optim.SGD, optim.Adam], ids=["sgd", "adam"])
+def test_hyperparameters_take_any_real_number_as_a_float(make, device):
+    """numpy scalars (float32 too), fractions and objects with __float__ are real numbers:
+    stored as Python floats, by the constructor and by assignment (a schedule's np.cos)."""
+    from fractions import Fraction
+
+    for lr in (np.float32(0.25), np.float64(0.25), np.int64(1), Fraction(1, 4), Real(),
+               np.array(0.25)):
+        params = params_on(device, dtype="float32")
+        opt = make(params, lr=lr, weight_decay=np.float32(0.5))
+        assert type(opt.lr) is float and opt.lr == float(lr) and type(opt.weight_decay) is float
+        opt.lr = np.float64(0.125)  # as a schedule computed with numpy sets it
+        assert type(opt.lr) is float and opt.lr == 0.125
+        set_grads(params, grads_for(0), device, "float32")
+        opt.step()
+        assert all(p.dtype == "float32" for p in params)
+        assert all(type(v) is float for v in opt.state_dict()["hyperparameters"].values())
+    for bad in (True, np.True_, 1j, np.complex64(1), "0.1", None, np.array([0.1, 0.2])):
+        with pytest.raises(TypeError, match=f"{make.__name__}: lr must be a real number, "
+                           f"found {type(bad).__name__}"):
+            make(params_on(device), lr=bad)
+
+
 @pytest.mark.parametrize("make", [lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9),
                                   lambda ps: optim.Adam(ps, lr=0.1)], ids=["sgd", "adam"])
 def test_state_dict_round_trips_exactly(make, device):

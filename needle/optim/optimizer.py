@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -12,12 +13,23 @@ from ..backends import namespace
 from ..kernels import Kernel
 
 
+def real(owner: str, name: str, value: Any) -> float:
+    """`value` as a float: any real number (numpy's scalars, a Fraction, anything with
+    `__float__`), never a bool or complex one; a TypeError naming it otherwise."""
+    kind = type(value)
+    if kind.__name__ not in ("bool", "bool_") and (isinstance(value, numbers.Real) or (
+            not isinstance(value, numbers.Complex) and hasattr(kind, "__float__"))):
+        try:
+            return float(value)
+        except (TypeError, ValueError):  # an array of several numbers, say
+            pass
+    raise TypeError(f"{owner}: {name} must be a real number, found {kind.__name__}")
+
+
 def check_range(owner: str, name: str, value: Any, low: float, high: float | None = None,
                 high_inclusive: bool = False) -> float:
     """`value` as a float, or a ValueError naming it when it is outside [low, high)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{owner}: {name} must be a number, found {type(value).__name__}")
-    value = float(value)
+    value = real(owner, name, value)
     ok = value >= low
     if high is not None:
         ok = ok and (value <= high if high_inclusive else value < high)
@@ -97,8 +109,11 @@ class Optimizer:
         self._owned: dict[int, Any] = {}  # big parameter index -> the array it updates in place
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if graph._TRACER is not None and name in self.hyperparameters:
-            graph._TRACER.setting(self, name, value)  # ndl.compile replays it
+        if name in self.hyperparameters:
+            if graph._TRACER is not None:
+                graph._TRACER.setting(self, name, value)  # ndl.compile replays it
+            if isinstance(value, numbers.Real) and not isinstance(value, bool):
+                value = float(value)  # numpy's scalars too (a schedule's np.cos)
         object.__setattr__(self, name, value)
 
     def _check(self, name: str, value: Any) -> float:
