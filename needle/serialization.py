@@ -17,6 +17,7 @@ from typing import Any
 from .archive import MANIFEST, host_kind, read_archive, write_archive
 from .autograd import Tensor
 from .backends import Device, cpu
+from .nn.module import Parameter
 from .safetensors_format import read_safetensors, write_safetensors
 
 FORMAT = "needle-checkpoint"
@@ -31,7 +32,8 @@ class _FileError(ValueError):
 
 def save(obj: Any, path: str | os.PathLike) -> None:
     """Write `obj` (nested dicts/lists/tuples of Tensors, numpy arrays, Python scalars,
-    strings and None) to `path` as an `.npz`, atomically and bit-exactly."""
+    strings and None) to `path` as an `.npz`, atomically and bit-exactly (a Parameter loads
+    as a Parameter)."""
     arrays: dict[str, Any] = {}
     tree = _Encoder(arrays).encode(obj, "", 0)
     manifest = json.dumps({"format": FORMAT, "version": VERSION, "tree": tree})
@@ -136,7 +138,10 @@ class _Encoder:
         if isinstance(obj, Tensor):
             key = self.key(name)
             self.arrays[key] = obj.numpy()
-            return {"type": "tensor", "key": key, "requires_grad": bool(obj.requires_grad)}
+            node = {"type": "tensor", "key": key, "requires_grad": bool(obj.requires_grad)}
+            if isinstance(obj, Parameter):
+                node["parameter"] = True  # absent (older files, plain Tensors): a Tensor
+            return node
         kind = host_kind(obj)
         if kind is not None:
             key = self.key(name)
@@ -199,7 +204,9 @@ def _decode(node: dict, arrays: dict[str, Any], device: Device, name: str, depth
     if kind == "tensor":
         key = _field(node, "key", str, name)
         requires_grad = _field(node, "requires_grad", bool, name)
-        return _tensor(arrays[key], requires_grad, device, name)
+        parameter = "parameter" in node and _field(node, "parameter", bool, name)
+        return _tensor(arrays[key], requires_grad, device, name,
+                       Parameter if parameter else Tensor)
     if kind == "ndarray":
         return arrays[_field(node, "key", str, name)]
     if kind == "numpy_scalar":
@@ -238,12 +245,13 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _tensor(array: Any, requires_grad: bool, device: Device, name: str) -> Tensor:
-    """A Tensor on `device` holding a copy of the host `array`."""
+def _tensor(array: Any, requires_grad: bool, device: Device, name: str,
+            cls: type[Tensor] = Tensor) -> Tensor:
+    """A Tensor (or a `cls`: Parameter) on `device` holding a copy of the host `array`."""
     try:
         device.dtype(array.dtype)
     except TypeError:
         raise _FileError(f"holds a {array.dtype} tensor at {_where(name)}, a dtype {device} "
                          "does not support; load it on another device") from None
     data = device.from_numpy(array)
-    return Tensor.make_const(data, requires_grad=requires_grad, device=device)
+    return cls.make_const(data, requires_grad=requires_grad, device=device)

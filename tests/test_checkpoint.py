@@ -52,6 +52,35 @@ def test_round_trip_is_exact_for_every_leaf_type(device, tmp_path):
     assert out["pair"] == (3, "x") and out[7] == {"int keys": 1.0e-300}
 
 
+
+def test_parameters_load_as_parameters(device, tmp_path):
+    """As torch.load: a saved Parameter comes back a Parameter (requires_grad kept), a plain
+    Tensor a plain Tensor; files without the mark (every older one) load plain Tensors."""
+    np.random.seed(0)
+    layer = nn.Linear(3, 2, device=device)
+    frozen = nn.Parameter(np.ones(2), device=device, requires_grad=False)
+    plain = ndl.Tensor(np.ones(2), device=device)
+    path = tmp_path / "params.npz"
+    ndl.save({"params": layer.parameters(), "frozen": frozen, "plain": plain}, path)
+    out = ndl.load(path, device=device)
+    for got, saved in zip(out["params"], layer.parameters()):
+        assert type(got) is nn.Parameter and got.requires_grad and got.device == device
+        assert bits(got.numpy()) == bits(saved.numpy())
+    assert type(out["frozen"]) is nn.Parameter and not out["frozen"].requires_grad
+    assert type(out["plain"]) is ndl.Tensor and out["plain"].requires_grad
+    with np.load(path, allow_pickle=False) as npz:
+        tree = json.loads(npz["__manifest__"].tobytes())["tree"]
+    nodes = dict(tree["items"])
+    assert nodes["plain"] == {"type": "tensor", "key": "plain", "requires_grad": True}
+    assert nodes["frozen"]["parameter"] is True
+    del nodes["frozen"]["parameter"]  # as a file written before Parameters were marked
+    old = tmp_path / "old.npz"
+    manifest = json.dumps({"format": "needle-checkpoint", "version": 1, "tree": nodes["frozen"]})
+    np.savez(old, __manifest__=np.frombuffer(manifest.encode(), np.uint8),
+             frozen=np.ones(2))
+    assert type(ndl.load(old, device=device)) is ndl.Tensor
+
+
 def test_file_is_a_plain_npz_with_flat_keys_and_a_manifest(tmp_path):
     np.random.seed(0)
     model = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1))
@@ -345,6 +374,8 @@ def test_a_file_that_is_no_archive_says_what_it_is(content, what, tmp_path):
 @pytest.mark.parametrize("node, message", [
     ({"type": "tensor", "key": "w", "requires_grad": "yes"},
      r"'requires_grad' of the tensor at 'the top level' must be a bool, found 'yes'"),
+    ({"type": "tensor", "key": "w", "requires_grad": True, "parameter": 1},
+     r"'parameter' of the tensor at 'the top level' must be a bool, found 1"),
     ({"type": "ndarray", "key": 0}, r"'key' of the ndarray at 'the top level' must be a str"),
     ({"type": "dict", "items": [["a", {"type": "int", "value": "3"}]]},
      r"'value' of the int at 'a' must be an int, found '3'"),
