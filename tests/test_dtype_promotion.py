@@ -120,6 +120,15 @@ def test_python_scalars_take_the_tensors_dtype(device):
     (lambda i: ndl.log(i), "log: needs a floating tensor, got int32"),
     (lambda i: ndl.tanh(i), "tanh: needs a floating tensor, got int32"),
     (lambda i: ndl.sigmoid(i), "sigmoid: needs a floating tensor, got int32"),
+    (lambda i: ndl.logsumexp(i), "logsumexp: needs a floating tensor, got int32"),
+    (lambda i: ndl.logsoftmax(i), "logsoftmax: needs a floating tensor, got int32"),
+    (lambda i: ndl.softmax(i), "softmax: needs a floating tensor, got int32"),
+    (lambda i: ndl.softmax(i, 2.0), "softmax: needs a floating tensor, got int32"),
+    (lambda i: ndl.softmax_cross_entropy(ndl.reshape(i, (1, 2)),
+                                         i.device.asarray([1], dtype="int64")),
+     "softmax_cross_entropy: needs a floating tensor, got int32"),
+    (lambda i: ndl.ops.avg_pool2d(ndl.reshape(i, (1, 1, 1, 2)), 1),
+     "avg_pool2d: needs a floating tensor, got int32"),
 ])
 def test_what_an_integer_tensor_cannot_do_is_a_type_error(fn, match, device):
     with pytest.raises(TypeError, match=match):

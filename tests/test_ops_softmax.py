@@ -154,6 +154,58 @@ def test_softmax_rejects_bad_arguments(device):
         ndl.ops.softmax(ndl.Tensor(np.zeros(3), device=device), causal=True)
 
 
+@pytest.mark.parametrize("fn", [ndl.ops.softmax, lambda x: ndl.ops.softmax(x, 2.0),
+                                ndl.ops.logsoftmax], ids=["softmax", "temperature", "log"])
+def test_softmaxes_of_a_0d_tensor_name_the_shape(fn, device):
+    with pytest.raises(ValueError, match=r"softmax: .*shape \(\)"):
+        fn(ndl.Tensor(np.array(2.0), device=device, dtype="float32"))
+
+
+def labels_on(device, values, dtype="int64"):
+    return device.asarray(np.array(values), dtype=device.dtype(dtype))
+
+
+@pytest.mark.parametrize("labels, match", [
+    ([[0, 1, 2]], r"labels of shape \(3,\) for logits of shape \(3, 4\), found \(1, 3\)"),
+    ([0, 1], r"labels of shape \(3,\) for logits of shape \(3, 4\), found \(2,\)"),
+    ([0, 1, 2, 3], r"labels of shape \(3,\) for logits of shape \(3, 4\), found \(4,\)"),
+    (5, r"labels of shape \(3,\) for logits of shape \(3, 4\), found \(\)"),
+])
+def test_softmax_cross_entropy_op_checks_the_labels_shape(labels, match, device):
+    logits = ndl.Tensor(np.zeros((3, 4)), device=device, dtype="float32")
+    with pytest.raises(ValueError, match=match):
+        ndl.softmax_cross_entropy(logits, labels_on(device, labels))
+
+
+@pytest.mark.parametrize("labels, bad", [([0, 1, 4], 4), ([0, -1, 2], -1), ([7, 1, 2], 7)])
+def test_softmax_cross_entropy_op_checks_the_labels_range(labels, bad, device):
+    """As SoftmaxLoss: a ValueError naming the value (on an accelerator at the next read)."""
+    logits = ndl.Tensor(np.zeros((3, 4)), device=device, dtype="float32")
+    with pytest.raises(ValueError, match=rf"softmax_cross_entropy: labels must be in "
+                                         rf"\[0, 4\), found {bad}"):
+        ndl.softmax_cross_entropy(logits, labels_on(device, labels)).numpy()
+
+
+def test_softmax_cross_entropy_op_checks_the_logits(device):
+    with pytest.raises(ValueError, match=r"logits of shape \(N, k\), found \(2, 3, 4\)"):
+        ndl.softmax_cross_entropy(ndl.Tensor(np.zeros((2, 3, 4)), device=device),
+                                  labels_on(device, [0, 1]))
+    with pytest.raises(TypeError, match="expected integer labels"):
+        ndl.softmax_cross_entropy(ndl.Tensor(np.zeros((2, 3)), device=device),
+                                  labels_on(device, [True, False], "bool"))
+
+
+@pytest.mark.parametrize("dtype", ["int32", "uint8", "float32"])
+def test_softmax_cross_entropy_op_takes_other_label_dtypes(dtype, device):
+    """As SoftmaxLoss: any integer dtype, or floats holding whole numbers."""
+    a = np.random.default_rng(3).standard_normal((3, 4))
+    logits = ndl.Tensor(a, device=device, dtype="float64")
+    loss = ndl.softmax_cross_entropy(logits, labels_on(device, [2, 0, 3], dtype))
+    shifted = a - a.max(1, keepdims=True)
+    expected = np.mean(np.log(np.exp(shifted).sum(1)) - shifted[[0, 1, 2], [2, 0, 3]])
+    np.testing.assert_allclose(loss.numpy(), expected, rtol=1e-12)
+
+
 def test_attention_softmax_records_one_node_each_way(device):
     q = ndl.Tensor(np.random.default_rng(4).standard_normal((1, 2, 3, 4)), device=device)
     _, probs = nn.MultiHeadAttention(causal=True)(q, q, q)  # training, dropout 0

@@ -28,6 +28,9 @@ _COMPLEX = {"complex64": 1, "complex128": 2}
 _SIGNED = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}
 _UNSIGNED = {"uint8": 8, "uint16": 16, "uint32": 32, "uint64": 64}
 _promoted: dict[tuple[str, str], str | None] = {}  # a cache of promoted_name
+# (dtype class, native dtype) -> whether it is real floating (keyed by the class too: strict's
+# dtypes hash as numpy's, and warn when compared with them)
+_real_floating: dict[tuple[type, Any], bool] = {}
 
 
 def kind_name(name: str) -> str:
@@ -183,6 +186,18 @@ def floating_only(op: str, fn: Any, a: Any) -> Any:
     if out is None or out.dtype is not a.dtype:
         check_floating_result(op, a, out)
     return out
+
+
+def check_floating(op: str, a: Any) -> None:
+    """TypeError naming the dtype unless array `a` is real floating: for an op whose results
+    are fractions (integer input would get a float dtype of the library's choosing)."""
+    dtype = a.dtype
+    key = (dtype.__class__, dtype)
+    floating = _real_floating.get(key)
+    if floating is None:
+        floating = _real_floating[key] = namespace(a).isdtype(dtype, "real floating")
+    if not floating:
+        check_floating_result(op, a, None)
 
 
 def check_floating_result(op: str, a: Any, out: Any) -> None:

@@ -14,6 +14,7 @@ from ..autograd.graph import array_function, array_of
 from ..autograd.tensor import Tensor, TensorOp, constant_like
 from ..backends import namespace
 from .axes import int_at_least
+from .dtypes import check_floating
 from .movement import broadcast_to, reshape
 from .windows import add_windows, window_slices
 
@@ -92,6 +93,7 @@ class AvgPool2dOp(TensorOp):
 
     def compute(self, a):
         k, s = self.kernel_size, self.stride
+        check_floating("avg_pool2d", a)
         total = None
         for index in _windows(k, s, *_out_hw("avg_pool2d", a.shape, k, s)):
             total = a[index] if total is None else total + a[index]

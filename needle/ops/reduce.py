@@ -7,9 +7,11 @@ from typing import Any
 
 from ..autograd.graph import array_function, array_of
 from ..autograd.tensor import Tensor, TensorOp, constant_like
-from ..backends import namespace
+from ..backends import device_of, namespace
 from ..kernels import SUM, Kernel
 from .axes import freeze_axes, normalize_axes
+from .dtypes import check_floating
+from .indices import as_index_array
 from .movement import broadcast_to, reshape
 from .unary import exp
 
@@ -110,6 +112,7 @@ class LogSumExp(TensorOp):
 
     def compute(self, a):
         xp = namespace(a)
+        check_floating("logsumexp", a)
         axes = normalize_axes("logsumexp", self.axes, a.shape)
         shape = tuple(s for i, s in enumerate(a.shape) if i not in axes)
         if 0 in a.shape and any(a.shape[ax] == 0 for ax in axes):  # log(0), no warning
@@ -144,6 +147,7 @@ class LogSoftmax(TensorOp):
 
     def compute(self, a):
         xp = namespace(a)
+        check_floating("logsoftmax", a)
         axes = normalize_axes("logsoftmax", self.axes, a.shape)
         if 0 in a.shape:  # nothing to compute (and no log(0) warning for an empty axis)
             return xp.zeros_like(a)
@@ -219,10 +223,11 @@ class SoftmaxCrossEntropy(TensorOp):
         return self.forward(logits)[0]
 
     def forward(self, logits):
-        xp = namespace(logits)
-        # the kernel takes (N, k) floating logits; anything else is the reference's to refuse
-        fused = logits.ndim == 2 and xp.isdtype(logits.dtype, "real floating")
-        loss, e, sums = (SOFTMAX_XENT if fused else softmax_xent_portable)(logits, self.labels)
+        check_floating("softmax_cross_entropy", logits)
+        if logits.ndim != 2:
+            raise ValueError(f"softmax_cross_entropy: expected logits of shape (N, k), found "
+                             f"{tuple(logits.shape)}")
+        loss, e, sums = SOFTMAX_XENT(logits, self.labels)
         return loss, (logits, e, sums)
 
     def gradient(self, out_grad, node):
@@ -277,5 +282,33 @@ def _one_hot(labels, k: int, dtype):
 
 
 def softmax_cross_entropy(logits: Tensor, labels: Any) -> Tensor:
-    """Mean softmax cross-entropy of (N, k) logits against int64 `labels` (a device array)."""
+    """Mean softmax cross-entropy of (N, k) logits against (N,) `labels` (an array or a
+    Tensor of the logits' device: integers, or floats holding whole numbers, in [0, k))."""
+    shape = tuple(logits.shape)
+    if len(shape) != 2:
+        raise ValueError(f"softmax_cross_entropy: expected logits of shape (N, k), found "
+                         f"{shape}")
+    device = logits.device
+    labels = _labels_on(device, labels)
+    if tuple(labels.shape) != shape[:1]:
+        raise ValueError(f"softmax_cross_entropy: expected labels of shape ({shape[0]},) for "
+                         f"logits of shape {shape}, found {tuple(labels.shape)}")
+    # one 0-d reduction read back (on an accelerator: deferred to the next read)
+    labels = as_index_array(device.xp, labels, shape[1], "softmax_cross_entropy", "labels",
+                            device)
     return SoftmaxCrossEntropy(labels)(logits)
+
+
+def _labels_on(device: Any, labels: Any) -> Any:
+    """`labels` (a Tensor or an array) checked to be on `device`."""
+    if isinstance(labels, Tensor):
+        where = labels.device
+    elif hasattr(labels, "shape"):
+        where = device_of(labels)
+    else:
+        raise TypeError(f"softmax_cross_entropy: expected labels as an array or a Tensor, "
+                        f"found {type(labels).__name__}")
+    if where != device:
+        raise ValueError(f"softmax_cross_entropy: logits on {device}, labels on {where}; "
+                         "move them with .to() or the device's asarray")
+    return labels

@@ -14,6 +14,7 @@ from typing import Any
 from ..autograd.tensor import Tensor, TensorOp
 from ..backends import namespace
 from ..kernels import SUM, Kernel
+from .dtypes import check_floating
 from .movement import broadcast_to, reshape
 from .reduce import _finite_max, summation
 
@@ -72,9 +73,10 @@ class Softmax(TensorOp):
         self.causal = bool(causal)
 
     def compute(self, a):
-        if self.causal and a.ndim < 2:
-            raise ValueError(f"softmax: a causal mask needs 2 or more dimensions, found shape "
-                             f"{tuple(a.shape)}")
+        check_floating("softmax", a)
+        if a.ndim < 1 + self.causal:  # checked here: each library fails in its own way
+            need = "a causal mask needs 2" if self.causal else "softmax over the last axis needs 1"
+            raise ValueError(f"softmax: {need} or more dimensions, found shape {tuple(a.shape)}")
         return SOFTMAX(a, self.temperature, self.causal)
 
     def gradient(self, out_grad, node):
