@@ -120,6 +120,12 @@ def test_python_scalars_take_the_tensors_dtype(device):
     (lambda i: ndl.log(i), "log: needs a floating tensor, got int32"),
     (lambda i: ndl.tanh(i), "tanh: needs a floating tensor, got int32"),
     (lambda i: ndl.sigmoid(i), "sigmoid: needs a floating tensor, got int32"),
+    (lambda i: i**-1, r"power_scalar: the int32 tensor to the negative power -1"),
+    (lambda i: i**-3, r"power_scalar: the int32 tensor to the negative power -3"),
+    (lambda i: 1 / i, r"power_scalar: the int32 tensor to the negative power -1.*true "
+                      r"division needs a floating tensor"),
+    (lambda i: 2.5 / i, r"power_scalar: the int32 tensor to the negative power -1"),
+    (lambda i: i / 2**40, "int32: true division needs a floating tensor"),  # not its range
     (lambda i: ndl.logsumexp(i), "logsumexp: needs a floating tensor, got int32"),
     (lambda i: ndl.logsoftmax(i), "logsoftmax: needs a floating tensor, got int32"),
     (lambda i: ndl.softmax(i), "softmax: needs a floating tensor, got int32"),
@@ -158,3 +164,60 @@ def test_astype_is_differentiable(device):
     (out * 3.0).sum().backward()
     assert a.grad.dtype == "float64"
     np.testing.assert_array_equal(a.grad.numpy(), [3.0, 3.0])
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "int32", "int64"])
+def test_integer_tensors_to_non_negative_powers_stay_integers(dtype, device):
+    i = tensor([1, 2, 3], dtype, device)
+    for power, expected in ((0, [1, 1, 1]), (1, [1, 2, 3]), (3, [1, 8, 27])):
+        out = i**power
+        assert out.dtype == dtype
+        np.testing.assert_array_equal(out.numpy(), expected)
+
+
+@pytest.mark.parametrize("dtype, fn, scalar", [
+    ("int32", lambda i, s: i + s, 2**40),
+    ("int32", lambda i, s: i - s, 2**40),
+    ("int32", lambda i, s: s - i, -(2**40)),
+    ("int8", lambda i, s: i * s, 300),
+    ("int8", lambda i, s: i + s, -129),
+    ("uint8", lambda i, s: i * s, -1),
+    ("uint8", lambda i, s: i + s, 256),
+    ("uint8", lambda i, s: i**s, 256),
+    ("int16", lambda i, s: s**i, 2**15),
+    ("int64", lambda i, s: i + s, 2**63),
+    ("uint64", lambda i, s: i * s, 2**64),
+    ("int64", lambda i, s: i * s, np.uint64(2**63)),
+    ("int8", lambda i, s: i - s, -128),  # x - c is x + (-c): 128 (numpy's x - (-128) wraps)
+])
+def test_python_ints_outside_the_dtype_are_a_value_error(dtype, fn, scalar, device):
+    """numpy and strict raise OverflowError, torch and jax would wrap (int8 * 300 = -124)."""
+    i = tensor([3, 0], dtype, device)
+    with pytest.raises(ValueError, match=rf"the scalar -?{abs(int(scalar))} is out of the "
+                                         rf"range of {dtype}"):
+        fn(i, scalar)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "uint32", "uint64"])
+def test_subtracting_from_unsigned_integers_wraps_as_numpy(dtype, device):
+    """x - 1 is added as -1, which no unsigned dtype holds: subtracted instead, it wraps as
+    numpy's (and every library's) unsigned arithmetic does."""
+    if device.kind == "torch" and dtype != "uint8":
+        pytest.skip(f"PyTorch has no addition for {dtype}")
+    i = tensor([3, 0], dtype, device)
+    top = np.iinfo(dtype).max
+    for out, expected in ((i - 1, [2, top]), (i + (-1), [2, top]), (i - top, [4, 1]),
+                          (i + (-top), [4, 1])):
+        assert out.dtype == dtype
+        np.testing.assert_array_equal(out.numpy(), np.array(expected, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int16", "int32", "int64"])
+def test_the_ends_of_a_signed_range_are_python_ints_it_takes(dtype, device):
+    lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
+    i = tensor([0, -1], dtype, device)
+    np.testing.assert_array_equal((i + hi).numpy(), np.array([hi, hi - 1], dtype))
+    np.testing.assert_array_equal((i + lo).numpy(), np.array([lo, hi], dtype))  # wraps
+    np.testing.assert_array_equal((i - hi).numpy(), np.array([-hi, lo], dtype))
+    np.testing.assert_array_equal((i * lo).numpy(), np.array([0, lo], dtype))
+    np.testing.assert_array_equal((i**hi).numpy(), np.array([0, -1], dtype))

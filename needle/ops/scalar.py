@@ -7,7 +7,7 @@ from typing import Any
 
 from ..autograd.graph import array_function, array_of
 from ..autograd.tensor import Tensor, TensorOp, constant_like
-from ..backends import namespace
+from ..backends import device_of, namespace
 from .dtypes import check_scalar_result, scalar_error
 
 
@@ -50,16 +50,80 @@ def _item(array: Any) -> int | float | bool | complex:
     return complex(array)
 
 
+#: (dtype class, native dtype) -> (lowest, highest) of an integer dtype, None for the others
+#: (keyed by the class too: strict's dtypes hash as numpy's and warn when compared with them)
+_INT_RANGES: dict[tuple[type, Any], tuple[int, int] | None] = {}
+
+
+def int_range(a: Any) -> tuple[int, int] | None:
+    """(lowest, highest) value of integer array `a`'s dtype; None for other dtypes."""
+    dtype = a.dtype
+    key = (dtype.__class__, dtype)
+    try:
+        return _INT_RANGES[key]
+    except KeyError:
+        xp = namespace(a)
+        bounds = None
+        if xp.isdtype(dtype, "integral"):
+            info = xp.iinfo(dtype)
+            bounds = (int(info.min), int(info.max))
+        _INT_RANGES[key] = bounds
+        return bounds
+
+
+def int_operand(op: str, a: Any, scalar: Any) -> Any:
+    """`scalar` as the operand of `op` with array `a`: a Python int outside the range of a's
+    integer dtype is a ValueError naming both (numpy and strict raise OverflowError, torch
+    and jax wrap it: int8 * 300 is -124 there); one beyond int64's (the top half of uint64)
+    becomes a 0-d array of a's dtype (jax reads a Python int as an int64)."""
+    if scalar.__class__ is not int or 0 <= scalar < 128:  # fits every integer dtype
+        return scalar
+    bounds = int_range(a)
+    if bounds is None:
+        return scalar
+    if not bounds[0] <= scalar <= bounds[1]:
+        raise int_range_error(op, a, scalar, bounds)
+    if scalar >= 2**63:
+        return namespace(a).asarray(scalar, dtype=a.dtype, device=getattr(a, "device", None))
+    return scalar
+
+
+def int_range_error(op: str, a: Any, scalar: int, bounds: tuple[int, int]) -> ValueError:
+    """The ValueError for a Python int outside the range of `a`'s integer dtype."""
+    name = device_of(a).public_dtype(a.dtype).name
+    return ValueError(f"{op}: the scalar {scalar} is out of the range of {name} "
+                      f"[{bounds[0]}, {bounds[1]}]: needle does not wrap a Python int into a "
+                      f"tensor's dtype; convert the tensor first, e.g. with "
+                      f"ndl.ops.astype(x, \"int64\")")
+
+
+def _add_int(a: Any, scalar: int) -> Any:
+    """a + scalar for a Python int that may be outside the range of a's dtype."""
+    bounds = int_range(a)
+    if bounds is not None and scalar < 0 and bounds[0] == 0 and -scalar <= bounds[1]:
+        return a - int_operand("add_scalar", a, -scalar)  # x - c, unsigned: wraps as numpy's
+    return a + int_operand("add_scalar", a, scalar)
+
+
 class AddScalar(TensorOp):
-    """a + scalar."""
+    """a + scalar.
+
+    `x - c` is AddScalar(-c): on an unsigned tensor a negative scalar whose magnitude the
+    dtype holds is subtracted instead, so `x - 1` wraps as numpy's does ([3, 0] - 1 is
+    [2, 255] in uint8); any other int outside the dtype's range is a ValueError.
+    """
 
     def __init__(self, scalar):
         scalar = as_scalar(scalar, "add_scalar")
         self.scalar = int(scalar) if scalar.__class__ is bool else scalar  # True: 1
 
     def compute(self, a):
+        scalar = self.scalar
         try:
-            out = a + self.scalar
+            if scalar.__class__ is int and not 0 <= scalar < 128:
+                out = _add_int(a, scalar)
+            else:
+                out = a + scalar
         except TypeError:  # strict refuses what the others promote
             raise scalar_error("add_scalar", a, self.scalar) from None
         if out.dtype is not a.dtype:
@@ -84,7 +148,7 @@ class MulScalar(TensorOp):
 
     def compute(self, a):
         try:
-            out = a * self.scalar
+            out = a * int_operand("mul_scalar", a, self.scalar)
         except TypeError:  # strict refuses what the others promote
             raise scalar_error("mul_scalar", a, self.scalar) from None
         if out.dtype is not a.dtype:
@@ -108,8 +172,11 @@ class PowerScalar(TensorOp):
         self.scalar = int(scalar) if scalar.__class__ is bool else scalar  # True: 1
 
     def compute(self, a):
+        scalar = self.scalar
+        if scalar.__class__ is int and scalar < 0 and int_range(a) is not None:
+            raise negative_power_error(a, scalar)
         try:
-            out = a**self.scalar
+            out = a ** int_operand("power_scalar", a, scalar)
         except TypeError:  # strict refuses what the others promote
             raise scalar_error("power_scalar", a, self.scalar) from None
         if out.dtype is not a.dtype:
@@ -121,6 +188,17 @@ class PowerScalar(TensorOp):
         if self.scalar == 0:
             return out_grad * 0
         return out_grad * self.scalar * a ** (self.scalar - 1)
+
+
+def negative_power_error(a: Any, scalar: int) -> TypeError:
+    """The TypeError for an integer tensor to a negative int power (numpy raises ValueError,
+    torch RuntimeError); `c / x` meets it too, as c * x ** -1."""
+    name = device_of(a).public_dtype(a.dtype).name
+    return TypeError(f"power_scalar: the {name} tensor to the negative power {scalar}: "
+                     "integers to negative integer powers are not allowed (the results are "
+                     "fractions), nor is `c / x` (computed as c * x ** -1: true division "
+                     "needs a floating tensor); convert the tensor first, e.g. with "
+                     "ndl.ops.astype(x, \"float32\")")
 
 
 def power_scalar(a: Tensor, scalar: Any) -> Tensor:
@@ -137,7 +215,7 @@ class RPowerScalar(TensorOp):
 
     def compute(self, a):
         try:
-            out = self.scalar**a
+            out = int_operand("rpower_scalar", a, self.scalar) ** a
         except TypeError:  # strict refuses what the others promote
             raise scalar_error("rpower_scalar", a, self.scalar) from None
         if out.dtype is not a.dtype:
@@ -174,6 +252,9 @@ class DivScalar(TensorOp):
         self.scalar = int(scalar) if scalar.__class__ is bool else scalar  # True: 1
 
     def compute(self, a):
+        scalar = self.scalar
+        if scalar.__class__ is int and not 0 <= scalar < 128 and int_range(a) is not None:
+            raise scalar_error("divide", a, scalar)  # before numpy's OverflowError
         try:
             out = a / self.scalar
         except TypeError:  # strict refuses what the others promote
