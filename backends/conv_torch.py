@@ -7,8 +7,8 @@ its convolutions take as it is and answer in, so the result seen as NHWC again i
 nn.Conv's NCHW arrays (layout "NCHW") are handed over as they are.
 On a GPU, cuDNN would compute float32 convolutions with TF32 (PyTorch's default for cuDNN,
 about 1e-3 relative error): like cupy's and PyTorch's own matmuls, these run at float32
-precision, the user's setting restored after each call. Mixed dtypes and integer arrays are
-left to the reference (`NotImplemented`).
+precision, the user's setting restored after each call. Mixed dtypes, integer arrays and
+weights with no input or output channels are left to the reference (`NotImplemented`).
 """
 
 from __future__ import annotations
@@ -47,6 +47,12 @@ def _floating(*arrays: Any) -> bool:
     return dtype.is_floating_point and all(a is None or a.dtype == dtype for a in arrays)
 
 
+def _no_channels(weights: torch.Tensor) -> bool:
+    """True for (K, K, C_in, C_out) weights with no input or no output channels, which
+    PyTorch's convolution gets wrong (C_in = 0: no output channels) or refuses (C_out = 0)."""
+    return weights.shape[2] == 0 or weights.shape[3] == 0
+
+
 def _like(shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
     """A tensor of `shape` with like's dtype and device (one element, expanded), made once."""
     key = (shape, like.dtype, like.device)
@@ -71,7 +77,7 @@ def _from_nchw(a: torch.Tensor, layout: str) -> torch.Tensor:
 def conv_torch(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, stride: int,
                padding: int, layout: str = "NHWC") -> Any:
     """(out, None): one PyTorch convolution, no windows gathered."""
-    if not _floating(a, b, bias):
+    if not _floating(a, b, bias) or _no_channels(b):
         return NotImplemented
     with _float32_precision(a):
         out = _convolution(_nchw(a, layout), b.permute(3, 2, 0, 1), bias,
@@ -82,7 +88,7 @@ def conv_torch(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, stri
 def conv_input_grad_torch(g: torch.Tensor, b: torch.Tensor, shape: tuple, stride: int,
                           padding: int, layout: str = "NHWC") -> Any:
     """PyTorch's convolution backward for the input alone (as torch.nn.grad.conv2d_input)."""
-    if not _floating(g, b):
+    if not _floating(g, b) or _no_channels(b):
         return NotImplemented
     n, h, w, c = shape if layout == "NHWC" else (shape[0], shape[2], shape[3], shape[1])
     like = _like((n, c, h, w), g)  # the input's shape, for the backward to read
@@ -101,6 +107,8 @@ def conv_weight_grad_torch(a: torch.Tensor, g: torch.Tensor, kernel: tuple[int, 
     if not _floating(a, g):
         return NotImplemented
     a, g = _nchw(a, layout), _nchw(g, layout)
+    if a.shape[1] == 0 or g.shape[1] == 0:  # no input or output channels (see _no_channels)
+        return NotImplemented
     like = _like((g.shape[1], a.shape[1], kernel[0], kernel[1]), g)
     with _float32_precision(g):
         grad = _convolution_backward(g, a, like, None, [stride, stride], [padding, padding],
@@ -113,7 +121,7 @@ def conv_grads_torch(g: torch.Tensor, a: torch.Tensor, b: torch.Tensor, stride: 
                      bias: bool = False) -> Any:
     """All of the adjoints in one PyTorch convolution backward (as PyTorch's own layers):
     the input's, the weights' and, with `bias`, the bias's; `cols` is the reference's."""
-    if not _floating(g, a, b):
+    if not _floating(g, a, b) or _no_channels(b):
         return NotImplemented
     with _float32_precision(g):
         da, dw, dbias = _convolution_backward(

@@ -178,6 +178,27 @@ def test_conv_errors_name_the_shapes(device):
         ndl.conv(x, tensor(np.zeros((3, 3, 3, 1)), device), padding=1.5)
 
 
+@pytest.mark.parametrize("c_in, c_out", [(0, 3), (2, 0), (0, 0)])
+@pytest.mark.parametrize("create_graph", [True, False])
+def test_conv_with_no_channels(c_in, c_out, create_graph, device):
+    """As numpy: no input channels sum to zeros, no output channels give an empty output
+    (PyTorch's conv2d gave no output channels, or raised, for these)."""
+    a = tensor(np.ones((1, 4, 4, c_in)), device)
+    b = tensor(np.ones((3, 3, c_in, c_out)), device)
+    bias = tensor(np.arange(float(c_out)), device)
+    out = ndl.ops.conv(a, b, 1, 1, bias=bias)
+    assert out.shape == (1, 4, 4, c_out)
+    np.testing.assert_array_equal(out.numpy(), np.broadcast_to(np.arange(c_out), out.shape))
+    out.backward(tensor(np.ones(out.shape), device), create_graph=create_graph)
+    assert a.grad.shape == a.shape and b.grad.shape == b.shape and bias.grad.shape == (c_out,)
+    for t in (a, b):
+        np.testing.assert_array_equal(t.grad.numpy(), np.zeros(t.shape))
+    np.testing.assert_array_equal(bias.grad.numpy(), np.full(c_out, 16.0))
+    nchw = ndl.ops.Conv(1, 1, "NCHW")(tensor(np.ones((1, c_in, 4, 4)), device), b)
+    assert nchw.shape == (1, c_out, 4, 4)
+    np.testing.assert_array_equal(nchw.numpy(), np.zeros(nchw.shape))
+
+
 @pytest.mark.parametrize("stride,padding,bias", [(1, 1, True), (2, 0, False), (3, 2, True)])
 def test_nchw_layout_is_the_nhwc_conv_permuted(stride, padding, bias, device):
     """Conv(layout="NCHW") (nn.Conv's) on NCHW x: the NHWC op's output and adjoints, permuted;

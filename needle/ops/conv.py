@@ -99,7 +99,8 @@ def _bias_grad(xp, g, layout: str):
     """The bias's adjoint: g summed over N, H and W (NHWC: as (N*H*W, C) rows)."""
     if layout == "NCHW":
         return SUM(g, (0, 2, 3))
-    return SUM(xp.reshape(g, (-1, g.shape[-1])), (0,))
+    n, h, w, c = g.shape  # (no -1: it is ambiguous for no channels)
+    return SUM(xp.reshape(g, (n * h * w, c)), (0,))
 
 
 def conv_grads_portable(g: Any, a: Any, b: Any, stride: int, padding: int, cols: Any = None,
