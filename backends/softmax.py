@@ -25,12 +25,12 @@ _ADDENDS: dict[tuple, np.ndarray] = {}  # (rows, columns, dtype) -> the causal m
 
 
 def _causal_addend(rows: int, cols: int, dtype: np.dtype) -> np.ndarray:
-    """NEG_MAX where a key comes after its query, -0.0 elsewhere (the reference's product
-    of the 0/1 mask and NEG_MAX), read-only and kept."""
+    """NEG_MAX where a key comes after its query (the queries the last `rows` of the keys),
+    -0.0 elsewhere (the reference's product of the 0/1 mask and NEG_MAX), read-only, kept."""
     key = (rows, cols, dtype)
     addend = _ADDENDS.get(key)
     if addend is None:
-        later = np.arange(cols)[None, :] > np.arange(rows)[:, None]
+        later = np.arange(cols)[None, :] > np.arange(cols - rows, cols)[:, None]
         addend = _ADDENDS[key] = later.astype(dtype) * NEG_MAX
         addend.flags.writeable = False
     return addend
@@ -136,9 +136,11 @@ def _kernel(gpu: Any, dtype: str, entry: str) -> Any:
 
 
 def softmax_cuda(a: Any, temperature: float, causal: bool) -> Any:
-    """softmax(a / temperature) (causal: masked) over the last axis, one kernel."""
+    """softmax(a / temperature) (causal: masked) over the last axis, one kernel (causal: as
+    many queries as keys, self-attention's; the reference masks the others)."""
     dtype = dtype_name(a.dtype)
-    if dtype not in _TYPES or a.ndim == 0 or a.size == 0 or (causal and a.ndim < 2):
+    if dtype not in _TYPES or a.ndim == 0 or a.size == 0 or (
+            causal and (a.ndim < 2 or a.shape[-2] != a.shape[-1])):
         return NotImplemented
     gpu = device_of(a)
     cp = gpu.cupy

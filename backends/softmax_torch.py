@@ -21,13 +21,13 @@ _ADDENDS: dict[tuple, torch.Tensor] = {}  # (rows, columns, dtype, device) -> th
 
 
 def _causal_addend(rows: int, cols: int, dtype: torch.dtype, device: torch.device) -> Any:
-    """NEG_MAX where a key comes after its query, -0.0 elsewhere (the reference's product of
-    the 0/1 mask and NEG_MAX), made once and kept."""
+    """NEG_MAX where a key comes after its query (the queries the last `rows` of the keys),
+    -0.0 elsewhere (the reference's product of the 0/1 mask and NEG_MAX), made once, kept."""
     key = (rows, cols, dtype, device)
     addend = _ADDENDS.get(key)
     if addend is None:
-        later = torch.arange(cols, device=device)[None, :] > torch.arange(rows, device=device)[
-            :, None]
+        later = (torch.arange(cols, device=device)[None, :]
+                 > torch.arange(cols - rows, cols, device=device)[:, None])
         addend = _ADDENDS[key] = later.to(dtype) * NEG_MAX
     return addend
 

@@ -109,7 +109,7 @@ def np_softmax(z, temperature=1.0, causal=False):
     z = np.asarray(z, np.float64) / temperature
     if causal:
         t, tk = z.shape[-2:]
-        z = z + np.triu(np.ones((t, tk)), k=1) * -np.finfo(np.float32).max
+        z = z + np.triu(np.ones((t, tk)), k=tk - t + 1) * -np.finfo(np.float32).max
     e = np.exp(z - z.max(-1, keepdims=True))
     return e / e.sum(-1, keepdims=True)
 

@@ -271,13 +271,33 @@ def test_attention_layer_draw_order_and_features(device):
 
 def test_causal_mask(device):
     mha = MultiHeadAttention(causal=True, device=device)
+    mask = mha.create_causal_mask(3, 3, device, device.xp.float32).numpy()
+    np.testing.assert_array_equal(mask, [[[[0, NEG_MAX, NEG_MAX], [0, 0, NEG_MAX], [0, 0, 0]]]])
+    # the course's triu(ones, j - i + 1): 2 queries are the last 2 of 3 keys (a decoder
+    # reading its cache), where PyTorch's is_causal aligns them with the first 2
     mask = mha.create_causal_mask(2, 3, device, device.xp.float32).numpy()
-    np.testing.assert_array_equal(mask, [[[[0, NEG_MAX, NEG_MAX], [0, 0, NEG_MAX]]]])
+    np.testing.assert_array_equal(mask, [[[[0, 0, NEG_MAX], [0, 0, 0]]]])
+    mask = mha.create_causal_mask(3, 2, device, device.xp.float32).numpy()
+    np.testing.assert_array_equal(mask, [[[[NEG_MAX, NEG_MAX], [0, NEG_MAX], [0, 0]]]])
     q = data(1, 2, 4, 3)
     _, probs = mha(*[tensor(q * 10, device)] * 3)
     probs = probs.numpy()
     assert np.all(probs[..., np.triu(np.ones((4, 4), bool), 1)] == 0)
     np.testing.assert_allclose(probs.sum(-1), 1, **TOL)
+
+
+def test_causal_attention_of_fewer_queries_than_keys_uses_the_courses_mask(device):
+    """2 queries against 5 keys: the fused softmax masks as create_causal_mask's addend does
+    (the course's alignment: the queries are the last 2 positions), so query 0 sees keys 0-3
+    (it saw keys 0-0 before) and query 1 all 5."""
+    mha = MultiHeadAttention(causal=True, device=device)
+    q, k = data(1, 2, 2, 3, seed=3), data(1, 2, 5, 3, seed=4)
+    _, probs = mha(tensor(q, device), tensor(k, device), tensor(k, device))
+    mask = mha.create_causal_mask(2, 5, device, device.xp.float32).numpy()
+    z = q @ np.swapaxes(k, -1, -2) / np.sqrt(3) + mask
+    e = np.exp(z - z.max(-1, keepdims=True))
+    np.testing.assert_allclose(probs.numpy(), e / e.sum(-1, keepdims=True), **TOL)
+    assert np.all(probs.numpy()[..., 0, 4] == 0) and np.all(probs.numpy()[..., 0, :4] > 0)
 
 
 def test_fully_masked_rows_stay_finite(device):

@@ -56,10 +56,11 @@ class MultiHeadAttention(Module):
         self.dropout = Dropout(dropout)
 
     def create_causal_mask(self, i: int, j: int, device: Device, dtype) -> Tensor:
-        """(1, 1, i, j): -float32 max above the diagonal (key after query), 0 on and below."""
+        """(1, 1, i, j): -float32 max where a key comes after its query, 0 elsewhere: the
+        course's -max * triu(ones, j - i + 1), the i queries being the last i of the j keys."""
         xp = device.xp
         at = device.native
-        later = xp.arange(j, device=at)[None, :] > xp.arange(i, device=at)[:, None]  # triu, k=1
+        later = xp.arange(j, device=at)[None, :] > xp.arange(j - i, j, device=at)[:, None]
         mask = xp.astype(later, dtype) * _NEG_MAX
         return Tensor.make_const(xp.reshape(mask, (1, 1, i, j)), device=device)
 

@@ -24,10 +24,11 @@ NEG_MAX = -3.4028234663852886e38
 
 
 def _causal(xp, z):
-    """z plus the course's mask, -max * triu(ones, k=1) over the last two axes: keys after
-    their query get NEG_MAX (float32 rounds any ordinary logit away)."""
+    """z plus the course's mask, -max * triu(ones, j - i + 1) over the last two axes (i
+    queries, the last i of j keys): keys after their query get NEG_MAX (float32 rounds any
+    ordinary logit away)."""
     i, j = z.shape[-2], z.shape[-1]
-    later = xp.arange(j, device=z.device)[None, :] > xp.arange(i, device=z.device)[:, None]
+    later = xp.arange(j, device=z.device)[None, :] > xp.arange(j - i, j, device=z.device)[:, None]
     return z + xp.astype(later, z.dtype) * NEG_MAX
 
 
