@@ -136,3 +136,25 @@ def test_deferred_checks_are_read_every_max_pending(deferring, monkeypatch):
     with pytest.raises(ValueError, match=r"found 9"):  # the 4th check: all four are read
         ndl.ops.embedding(ndl.Tensor(np.ones((2, 2)), device=dev), ndl.Tensor([9], device=dev))
     assert dev._pending == []
+
+
+def test_softmax_loss_checks_its_labels_once(device, monkeypatch):
+    """SoftmaxLoss checks the labels, then calls the fused op without the public function's
+    second check (on an accelerator each check is a kernel launch and a deferred read)."""
+    import sys
+
+    calls = []
+
+    def counting(*args, **kwargs):
+        calls.append(args[3])
+        return as_index_array(*args, **kwargs)
+
+    for module in ("needle.nn.loss", "needle.ops.reduce"):
+        monkeypatch.setattr(sys.modules[module], "as_index_array", counting)
+    logits = ndl.Tensor(np.zeros((4, 3), np.float32), device=device)
+    labels = ndl.Tensor(np.array([0, 2, 1, 2]), device=device)
+    loss = nn.SoftmaxLoss()(logits, labels)
+    np.testing.assert_allclose(loss.numpy(), np.log(3), rtol=1e-6)
+    assert calls == ["SoftmaxLoss"]
+    ndl.ops.softmax_cross_entropy(logits, labels)  # the public op checks its own
+    assert calls == ["SoftmaxLoss", "softmax_cross_entropy"]

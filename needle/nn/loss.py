@@ -29,4 +29,4 @@ class SoftmaxLoss(Module):
         # checked by one 0-d reduction read back (on an accelerator: at the next read)
         labels = as_index_array(y.device.xp, y, k, "SoftmaxLoss", "labels", y.device)
         # one fused op: shifted by the row max first, so huge float32 logits keep their answer
-        return ops.softmax_cross_entropy(logits, labels)
+        return ops.SoftmaxCrossEntropy(labels)(logits)  # (checked above: not again)
