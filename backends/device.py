@@ -7,7 +7,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .call_hook import record_calls
-from .dlpack import describe_dlpack_device, dlpack_device_of
+from .dlpack import describe_dlpack_device, dlpack_device_of, dlpack_dtype_name
 from .layout import Layout
 
 # dtype names the array API standard defines (plus float16 where a library has it)
@@ -265,6 +265,13 @@ class Device(Layout):
     def from_dlpack(self, obj: Any) -> Any:
         """An array of this device sharing the memory of `obj` (anything with `__dlpack__`)
         where its library can; ValueError when that memory is on another device."""
+        def has_dtype(spec: Any) -> bool:
+            try:
+                self.dtype(spec)
+            except TypeError:
+                return False
+            return True
+
         where = dlpack_device_of(obj)
         if where != self.dlpack_device:
             raise ValueError(
@@ -273,14 +280,22 @@ class Device(Layout):
                 "name the device it is on, or move it there first")
         try:
             array = self._from_dlpack(obj)
-        except BufferError as e:
-            raise ValueError(f"from_dlpack: {self} cannot take this {type(obj).__name__} "
-                             f"({e})") from e
-        try:
-            self.dtype(array.dtype)
-        except TypeError:
-            raise TypeError(f"from_dlpack: dtype {array.dtype} is not supported on "
-                            f"{self}") from None
+        except (BufferError, RuntimeError, TypeError, ValueError) as e:
+            # a dtype the library cannot read (numpy: RuntimeError "Unsupported dtype in
+            # DLTensor" for bfloat16 and 8-bit floats; a BufferError from an exporter) is
+            # the TypeError that the other devices give after the fact, named from the
+            # object's own `dtype`
+            name = dlpack_dtype_name(obj)
+            if name is not None and not has_dtype(name):
+                raise TypeError(f"from_dlpack: dtype {name} is not supported on "
+                                f"{self}") from None
+            if isinstance(e, (BufferError, RuntimeError)):
+                raise ValueError(f"from_dlpack: {self} cannot take this "
+                                 f"{type(obj).__name__} ({e})") from e
+            raise  # needle's own TypeError/ValueError (jax's range check)
+        if not has_dtype(array.dtype):
+            raise TypeError(f"from_dlpack: dtype {dlpack_dtype_name(array)} is not "
+                            f"supported on {self}")
         return array
 
     def _from_dlpack(self, obj: Any) -> Any:

@@ -25,3 +25,17 @@ def describe_dlpack_device(where: tuple[int, int]) -> str:
     kind, index = where
     name = DLPACK_DEVICE_TYPES.get(kind, f"DLPack device type {kind}")
     return name if kind == 1 else f"{name}:{index}"
+
+
+def dlpack_dtype_name(obj: Any) -> str | None:
+    """The name of `obj.dtype` without its library's prefix ("bfloat16" for torch.bfloat16,
+    jax's and ml_dtypes' bfloat16, "float32" for array_api_strict.float32), for messages;
+    None when `obj` has no dtype. Reads only the attribute, imports no library."""
+    dtype = getattr(obj, "dtype", None)
+    if dtype is None:
+        return None
+    try:
+        name = str(dtype)
+    except Exception:  # noqa: BLE001 - a producer's odd dtype object: no name to give
+        return None
+    return name.rsplit(".", 1)[-1] or None

@@ -264,6 +264,44 @@ def test_objects_without_dlpack_are_a_type_error(device):
 
 def test_unsupported_dtypes_are_a_type_error():
     torch = library("torch")
-    message = "dtype torch.bfloat16 is not supported on torch()"
+    message = "dtype bfloat16 is not supported on torch()"
     with pytest.raises(TypeError, match=re.escape(message)):
         ndl.from_dlpack(torch.ones(2, dtype=torch.bfloat16))
+
+
+def torch_array(dtype_name):
+    torch = library("torch")
+    return torch.ones(2, dtype=getattr(torch, dtype_name))
+
+
+def jax_host_array(dtype_name):
+    needs_jax()
+    from needle.backends.jax_device import import_jax
+
+    jax = import_jax()
+    return jax.device_put(jax.numpy.ones(2, dtype=dtype_name), jax.devices("cpu")[0])
+
+
+def ml_dtypes_array(dtype_name):
+    ml_dtypes = library("ml_dtypes")
+    return np.ones(2, dtype=getattr(ml_dtypes, dtype_name))
+
+
+@pytest.mark.parametrize("make, dtype_name", [
+    (torch_array, "bfloat16"), (torch_array, "float8_e4m3fn"), (jax_host_array, "bfloat16"),
+    (ml_dtypes_array, "bfloat16")], ids=["torch-bf16", "torch-fp8", "jax-bf16", "numpy-bf16"])
+def test_dtypes_a_device_lacks_are_a_type_error_naming_them(device, make, dtype_name):
+    # numpy (cpu, strict) refused these with its own RuntimeError "Unsupported dtype in
+    # DLTensor.", naming neither the dtype nor the device; every device says the same now
+    if not host_memory(device):
+        pytest.skip("host arrays are another device's memory")
+    src = make(dtype_name)
+    try:
+        device.dtype(dtype_name)
+    except TypeError:
+        pass
+    else:
+        pytest.skip(f"{device} has {dtype_name}")
+    message = f"from_dlpack: dtype {dtype_name} is not supported on {device}"
+    with pytest.raises(TypeError, match=re.escape(message)):
+        ndl.from_dlpack(src, device=device)
