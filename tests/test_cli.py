@@ -841,6 +841,45 @@ def test_mnist_without_images_is_a_usage_error(empty, tiny, tmp_path, capsys):
                                     "holds no images")
 
 
+def mnist_of_size(folder: Path, train: tuple[int, int], test: tuple[int, int],
+                  n: int = 20) -> Path:
+    """Valid MNIST files in `folder` whose training and test images are `train` and `test`
+    (rows, cols) pixels."""
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for split, (rows, cols) in (("train", train), ("t10k", test)):
+        (folder / f"{split}-images-idx3-ubyte").write_bytes(
+            struct.pack(">IIII", 0x803, n, rows, cols)
+            + rng.integers(0, 256, n * rows * cols, dtype=np.uint8).tobytes())
+        (folder / f"{split}-labels-idx1-ubyte").write_bytes(
+            struct.pack(">II", 0x801, n) + rng.integers(0, 10, n, dtype=np.uint8).tobytes())
+    return folder
+
+
+@pytest.mark.parametrize("model", ["mlp", "cnn"])
+@pytest.mark.parametrize("train_size, test_size, message", [
+    # was a traceback from the first layer
+    ((3, 3), (3, 3), "--model {model} needs 28x28 images, found 3x3 in {data}/"
+                     "train-images-idx3-ubyte"),
+    ((3, 3), (28, 28), "--model {model} needs 28x28 images, found 3x3 in {data}/"
+                       "train-images-idx3-ubyte"),
+    # 784 pixels too: was trained on, and tested with scrambled images
+    ((28, 28), (14, 56), "the test images in {data}/t10k-images-idx3-ubyte are 14x56, the "
+                         "training images 28x28: --model {model} needs 28x28 images"),
+    ((28, 28), (3, 3), "the test images in {data}/t10k-images-idx3-ubyte are 3x3, the "
+                       "training images 28x28: --model {model} needs 28x28 images"),
+])
+def test_mnist_images_of_another_size_are_a_usage_error(model, train_size, test_size, message,
+                                                        tmp_path, capsys):
+    data = mnist_of_size(tmp_path / "mnist", train_size, test_size)
+    ck = tmp_path / "ck.npz"
+    err = usage_error(["--model", model, "--data-dir", str(data), "--batch-size", "10",
+                       "--epochs", "1", "--checkpoint", str(ck), "--quiet"], capsys)
+    message = message.replace("{model}", model).replace("{data}", str(data))
+    assert err.splitlines()[-1] == f"needle-train: error: --data-dir {data}: {message}"
+    assert not ck.exists()
+
+
 @pytest.mark.parametrize("empty, subject", [
     (tuple(f"data_batch_{k}" for k in range(1, 6)),
      "the training batches (data_batch_1, data_batch_2, data_batch_3, data_batch_4, "

@@ -19,9 +19,9 @@ MT19937_WORDS = 624  # the key length of numpy's legacy random state
 
 
 def image_data(parser: argparse.ArgumentParser, where: str, train_set: Dataset,
-               test_set: Dataset, augment: int) -> None:
-    """Both sets hold images, their labels lie in [0, 10), and shifts of `augment` pixels
-    leave part of every image in view."""
+               test_set: Dataset, augment: int, size: tuple[int, int], model: str) -> None:
+    """Both sets hold images of `size` (rows, cols), which `model` is built for, their labels
+    lie in [0, 10), and shifts of `augment` pixels leave part of every image in view."""
     for split, ds in (("training", train_set), ("test", test_set)):
         if len(ds) == 0:
             parser.error(f"{where}: {_files(ds, split)} no images")
@@ -31,11 +31,33 @@ def image_data(parser: argparse.ArgumentParser, where: str, train_set: Dataset,
                 more = f", and {bad.size - 1} more" if bad.size > 1 else ""
                 parser.error(f"{where}: {ds.label_filename}: labels must lie in 0..9, found "
                              f"{ds.labels[bad[0]]} (the label of image {bad[0]}){more}")
+    _check_size(parser, where, train_set, test_set, size, model)
     side = min(_image_size(train_set))
     if augment >= side:
         parser.error(f"--augment {augment}: shifts of up to {augment} pixels can move a "
                      f"{'x'.join(map(str, _image_size(train_set)))} training image out of "
                      f"view entirely; use at most {side - 1}")
+
+
+def _check_size(parser: argparse.ArgumentParser, where: str, train_set: Dataset,
+                test_set: Dataset, size: tuple[int, int], model: str) -> None:
+    """A usage error naming the file when the images of either set are not `size`: a model
+    reading another size fails in its first layer, or, with as many pixels, trains on and
+    tests scrambled images."""
+    need = "x".join(map(str, size))
+    found = [_image_size(ds) for ds in (train_set, test_set)]
+    if found[0] != size and math.inf not in found[0]:
+        parser.error(f"{where}: --model {model} needs {need} images, found "
+                     f"{'x'.join(map(str, found[0]))} in {_name(train_set, 'training')}")
+    if found[1] != size and math.inf not in found[1]:
+        parser.error(f"{where}: the test images in {_name(test_set, 'test')} are "
+                     f"{'x'.join(map(str, found[1]))}, the training images {need}: "
+                     f"--model {model} needs {need} images")
+
+
+def _name(ds: Dataset, split: str) -> str:
+    """The image file of `ds` (CIFAR-10's reader checks its image size itself)."""
+    return str(ds.image_filename) if isinstance(ds, MNISTDataset) else f"the {split} set"
 
 
 def _files(ds: Dataset, split: str) -> str:

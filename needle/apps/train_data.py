@@ -35,13 +35,14 @@ Data = tuple[Any, Any, int | None]
 class DataSet:
     """A data set needle-train trains on: its name, how it is read from the settings (their
     data_dir and batch_size, the training images' augment) onto a device, whether it is
-    built in, and how --download fetches it into a folder (given data_dir and quiet), if it
-    can."""
+    built in, how --download fetches it into a folder (given data_dir and quiet), if it
+    can, and for images their (rows, cols), which its models are built for."""
 
     name: str
     read: Callable[[argparse.ArgumentParser, dict[str, Any], Device], Data]
     built_in: bool = True
     download: Callable[[str | None, bool], str] | None = None
+    image_size: tuple[int, int] | None = None
 
 
 def _loaders(train_set: Dataset, test_set: Dataset, cfg: dict[str, Any],
@@ -62,7 +63,7 @@ def _mnist(parser: argparse.ArgumentParser, cfg: dict[str, Any], device: Device)
                 MNISTDataset(paths[2], paths[3]))
     except (OSError, ValueError) as e:
         parser.error(f"{where}: {e}")
-    checks.image_data(parser, where, *sets, cfg["augment"])
+    checks.image_data(parser, where, *sets, cfg["augment"], MNIST.image_size, cfg["model"])
     return _loaders(*sets, cfg, device)
 
 
@@ -79,7 +80,8 @@ def _cifar10(parser: argparse.ArgumentParser, cfg: dict[str, Any], device: Devic
                 CIFAR10Dataset(cfg["data_dir"], train=False))
     except (OSError, ValueError) as e:
         parser.error(f"--data-dir {cfg['data_dir']}: {e}")
-    checks.image_data(parser, f"--data-dir {cfg['data_dir']}", *sets, cfg["augment"])
+    checks.image_data(parser, f"--data-dir {cfg['data_dir']}", *sets, cfg["augment"],
+                      CIFAR10.image_size, cfg["model"])
     return _loaders(*sets, cfg, device)
 
 
@@ -101,8 +103,10 @@ def _ptb(parser: argparse.ArgumentParser, cfg: dict[str, Any], device: Device) -
     return batchify(corpus.train, bs), batchify(corpus.test, bs), len(corpus.dictionary)
 
 
-MNIST = DataSet("MNIST", _mnist)
-CIFAR10 = DataSet("CIFAR-10", _cifar10, built_in=False, download=_download_cifar10)
+# MLPResNet takes 784 = 28 * 28 features, MNISTConvNet 1x28x28 images, ResNet9 3x32x32
+MNIST = DataSet("MNIST", _mnist, image_size=(28, 28))
+CIFAR10 = DataSet("CIFAR-10", _cifar10, built_in=False, download=_download_cifar10,
+                  image_size=(32, 32))
 PTB = DataSet("PTB", _ptb)
 
 
