@@ -33,6 +33,8 @@ except ImportError:  # pragma: no cover - Windows: an open file cannot be delete
     fcntl = None
 
 MANIFEST = "__manifest__"
+#: the longest zip member name, in bytes of UTF-8 (its length field has 16 bits)
+_MAX_NAME_BYTES = 0xFFFF
 
 # tempfile.mkstemp's alphabet and length, so temporary files of older needles match too
 _TMP_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"
@@ -48,9 +50,38 @@ def host_kind(obj: Any) -> str | None:
     return None
 
 
+def member_name_fits(key: str) -> bool:
+    """Whether the member `KEY.npy` is stored and read back under exactly that name: zip
+    names are UTF-8 (no lone surrogates), at most 65,535 bytes (a 16-bit length field), and
+    zipfile cuts them at a NUL (and turns a Windows `\\` into `/`)."""
+    name = key + ".npy"
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        return False
+    return size <= _MAX_NAME_BYTES and zipfile.ZipInfo(name).filename == name
+
+
+def member_stand_in(key: str) -> str:
+    """A readable member name for a `key` that does not fit one (`member_name_fits`): its
+    first 100 characters, NUL, lone surrogates and the platform's path separators other than
+    `/` shown as `?`, and `...` where it was cut. The manifest keeps the key itself."""
+    seps = {c for c in (os.sep, os.altsep) if c and c != "/"}
+    text = "".join("?" if c == "\0" or "\ud800" <= c <= "\udfff" or c in seps else c
+                   for c in key[:100])
+    return text + "..." if len(key) > 100 else text
+
+
 def write_archive(path: str | os.PathLike, arrays: dict[str, Any], manifest: bytes) -> None:
-    """Write `arrays` (numpy arrays or scalars by member name) and `manifest` to `path`."""
+    """Write `arrays` (numpy arrays or scalars by member name) and `manifest` to `path`.
+
+    Every member name must fit a zip name (`member_name_fits`): one that does not is a
+    ValueError before anything is written."""
     members = {}
+    for key in arrays:
+        if not member_name_fits(key):
+            raise ValueError(f"save: member name {member_stand_in(key)!r} cannot be a zip "
+                             "member name (NUL, a lone surrogate or over 64 KiB of UTF-8)")
     for key, array in arrays.items():
         array = np.asarray(array)
         if array.dtype.hasobject:

@@ -2,7 +2,9 @@
 ndl.save_safetensors / ndl.load_safetensors: flat weights in the safetensors format.
 
 The structure becomes a JSON manifest (a tree of typed nodes) and every array a member of
-the archive, named by its path in the structure (e.g. "model/modules.0.weight"). Writing
+the archive, named by its path in the structure (e.g. "model/modules.0.weight"; a path no
+zip name can hold, with a NUL, a lone surrogate or over 64 KiB, gets a readable stand-in:
+the manifest holds the keys, so every str key loads back as it was). Writing
 and reading the archive of host arrays is `needle/archive.py`'s job; this file knows
 Tensors and containers. Files are pickle-free: `np.load(path, allow_pickle=False)` reads
 them. Structures nest at most `MAX_DEPTH` containers deep, on save and on load.
@@ -14,7 +16,14 @@ import json
 import os
 from typing import Any
 
-from .archive import MANIFEST, host_kind, read_archive, write_archive
+from .archive import (
+    MANIFEST,
+    host_kind,
+    member_name_fits,
+    member_stand_in,
+    read_archive,
+    write_archive,
+)
 from .autograd import Tensor
 from .backends import Device, cpu
 from .nn.module import Parameter
@@ -125,10 +134,14 @@ class _Encoder:
         self.open: dict[int, str] = {}  # containers being encoded (id -> path): cycles
 
     def key(self, name: str) -> str:
-        """A member name for `name`, unique within the archive."""
+        """A member name for `name`, unique within the archive: `name` itself where a zip
+        member can be named so, else a readable stand-in (the manifest holds the keys, so
+        every str key round-trips: NUL, lone surrogates, paths over 64 KiB)."""
         base = name or "value"
+        if not member_name_fits(base):
+            base = member_stand_in(base)
         key, n = base, 1
-        while key in self.arrays or key == MANIFEST:
+        while key in self.arrays or key == MANIFEST or not member_name_fits(key):
             n += 1
             key = f"{base}#{n}"
         return key

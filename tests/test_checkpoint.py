@@ -95,6 +95,69 @@ def test_file_is_a_plain_npz_with_flat_keys_and_a_manifest(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["model.npz"]  # no temporary file left behind
 
 
+# keys a zip member name cannot hold as it is: NUL (zip readers cut the name there), a lone
+# surrogate (no UTF-8), more than 64 KiB of UTF-8 (the name's 16-bit length field), a path
+# made long by nesting; keys live in the manifest, so each must still come back exactly
+AWKWARD_KEYS = {
+    "nul": {"a\0x": 1.0, "a\0y": 2.0, "a": 3.0, "\0": 4.0},
+    "long": {"k" * 70000: 1.0, "k" * 65531: 2.0},
+    "long-utf8": {"\u00e9" * 40000: 1.0},
+    "surrogate": {"\ud800": 1.0, "a\udfffb": 2.0, "?": 3.0},
+    "long-path": {"p" * 30000: {"q" * 30000: {"r" * 30000: 1.0}}},
+    "slashes": {"/lead": 1.0, "a/b": 2.0, "a": {"b": 3.0}, "x\\y": 4.0},
+}
+
+
+@pytest.mark.parametrize("case", AWKWARD_KEYS)
+def test_every_str_key_round_trips_whatever_a_zip_name_holds(case, device, tmp_path):
+    # before: NUL keys saved a file that never loaded, long ones raised struct.error and a
+    # lone surrogate a bare UnicodeEncodeError
+    counter = iter(range(1, 100))
+
+    def build(spec):
+        out = {}
+        for key, value in spec.items():
+            if isinstance(value, dict):
+                out[key] = build(value)
+            else:
+                out[key] = ndl.Tensor(np.full(3, value * next(counter), dtype=np.float32),
+                                      device=device, requires_grad=False)
+        return out
+
+    def flat(tree, prefix=()):
+        for key, value in tree.items():
+            if isinstance(value, dict):
+                yield from flat(value, prefix + (key,))
+            else:
+                yield prefix + (key,), value.numpy()
+
+    obj = build(AWKWARD_KEYS[case])
+    path = tmp_path / "keys.npz"
+    ndl.save(obj, path)
+    back = ndl.load(path, device=device)
+    want, got = dict(flat(obj)), dict(flat(back))
+    assert list(got) == list(want)
+    for key in want:
+        assert bits(got[key]) == bits(want[key]), key
+    with np.load(path, allow_pickle=False) as npz:  # still a plain .npz
+        assert len(npz.files) == len(want) + 1
+        for name in npz.files:
+            npz[name]
+
+
+def test_awkward_keys_get_readable_member_names_and_the_archive_refuses_bad_ones(tmp_path):
+    from needle.archive import write_archive
+
+    path = tmp_path / "keys.npz"
+    ndl.save({"a\0x": np.ones(1), "a": np.zeros(1), "k" * 70000: np.ones(2)}, path)
+    with np.load(path, allow_pickle=False) as npz:
+        assert sorted(npz.files) == ["__manifest__", "a", "a?x", "k" * 100 + "..."]
+    for bad in ["a\0x", "\ud800", "k" * 70000]:  # written directly: refused, nothing written
+        with pytest.raises(ValueError, match="cannot be a zip member name"):
+            write_archive(tmp_path / "bad.npz", {bad: np.ones(1)}, b"{}")
+    assert sorted(os.listdir(tmp_path)) == ["keys.npz"]
+
+
 def test_save_replaces_atomically_and_a_failed_save_keeps_the_old_file(tmp_path):
     path = tmp_path / "ck.npz"
     ndl.save({"a": 1}, path)
