@@ -778,6 +778,54 @@ def test_curve_options_usage_errors(argv, message, fast, tmp_path, capsys):
     assert message.replace("{tmp}", str(tmp_path)) in usage_error([*fast, *argv], capsys)
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="no /proc: a folder that exists "
+                                                          "and cannot take new files")
+@pytest.mark.parametrize("flag, name", [("--log-csv", "x.csv"), ("--plot", "x.png")])
+def test_log_or_plot_in_a_folder_that_takes_no_files_is_a_usage_error(flag, name, fast, tmp_path,
+                                                                      capsys):
+    # was found only when writing, after the first epoch (--log-csv) or the last (--plot)
+    ck = tmp_path / "ck.npz"
+    err = usage_error([*fast, "--epochs", "2", "--checkpoint", str(ck), flag, f"/proc/{name}"],
+                      capsys)
+    assert err.splitlines()[-1].startswith(f"needle-train: error: {flag} /proc/{name}: cannot "
+                                           "write in the folder /proc (")
+    assert not ck.exists()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write into a read-only folder")
+@pytest.mark.parametrize("flag, name", [("--log-csv", "x.csv"), ("--plot", "x.png")])
+def test_log_or_plot_in_a_read_only_folder_is_a_usage_error(flag, name, fast, tmp_path,
+                                                            capsys):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o500)
+    try:
+        err = usage_error([*fast, flag, str(folder / name)], capsys)
+    finally:
+        folder.chmod(0o700)
+    assert f"{flag} {folder / name}: cannot write in the folder {folder} (Permission denied)" \
+        in err
+
+
+@pytest.mark.parametrize("flag, name, epoch", [("--log-csv", "log.csv", 1),
+                                               ("--plot", "curves.png", 2)])
+def test_a_late_log_or_plot_write_failure_names_the_users_file(flag, name, epoch, fast,
+                                                               tmp_path, monkeypatch, capsys):
+    pytest.importorskip("matplotlib", reason=f"matplotlib is not installed ({curves.PLOT_HINT})")
+    path = tmp_path / name
+
+    def full_disk(src, dst):  # the disk fills up after the checks before training
+        raise OSError(28, "No space left on device", str(src), None, str(dst))
+
+    monkeypatch.setattr(os, "replace", full_disk)
+    assert train.main([*fast, "--epochs", "2", flag, str(path)]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    # was the temporary file's name, /.../.log.csv.3ca9379e.tmp
+    assert line == (f"needle-train: cannot write {path} after epoch {epoch} (No space left on "
+                    "device); nothing was saved: no --checkpoint")
+    assert os.listdir(tmp_path) == []  # no temporary file left behind
+
+
 def test_plot_without_matplotlib_is_a_usage_error(fast, tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib fails
     err = usage_error([*fast, "--plot", str(tmp_path / "c.png")], capsys)

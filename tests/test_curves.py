@@ -7,6 +7,7 @@ tested in test_cli.py, next to the tiny data sets it trains on.
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 
@@ -117,6 +118,35 @@ def test_needle_plot_usage_errors(setup, argv, message, tmp_path, capsys, matplo
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert "usage: needle-plot" in err and message.replace("{tmp}", str(tmp_path)) in err
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="no /proc: a folder that exists "
+                                                          "and cannot take new files")
+def test_needle_plot_to_a_folder_that_takes_no_files_is_a_usage_error(tmp_path, capsys,
+                                                                     matplotlib):
+    (tmp_path / "log.csv").write_text(CSV)
+    with pytest.raises(SystemExit) as info:  # was a FileNotFoundError's traceback
+        curves.main([str(tmp_path / "log.csv"), "-o", "/proc/x.png"])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].startswith(
+        "needle-plot: error: -o /proc/x.png: cannot write in the folder /proc (")
+
+
+def test_needle_plot_write_failure_names_the_figure(tmp_path, capsys, monkeypatch, matplotlib):
+    (tmp_path / "log.csv").write_text(CSV)
+
+    def full_disk(src, dst):  # the disk fills up after the check
+        raise OSError(28, "No space left on device", str(src), None, str(dst))
+
+    monkeypatch.setattr(os, "replace", full_disk)
+    with pytest.raises(SystemExit) as info:
+        curves.main([str(tmp_path / "log.csv"), "-o", str(tmp_path / "run.png")])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and ".tmp" not in err
+    assert err.splitlines()[-1] == (f"needle-plot: error: cannot write {tmp_path / 'run.png'} "
+                                    "(No space left on device)")
+    assert sorted(os.listdir(tmp_path)) == ["log.csv"]
 
 
 def test_needle_plot_without_matplotlib_says_how_to_install_it(tmp_path, monkeypatch, capsys):

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import argparse
 import csv
+import errno
 import io
 import math
 import os
 import secrets
 import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -70,11 +72,19 @@ def matplotlib_available() -> bool:
 
 
 def _check_folder(parser: argparse.ArgumentParser, flag: str, path: Path) -> None:
-    """A usage error when `path` is a folder or its folder does not exist."""
+    """A usage error, now rather than after training or drawing, when `path` is a folder or
+    its folder does not exist or takes no new files (the file is written through a temporary
+    file beside it)."""
     if path.is_dir():
         parser.error(f"{flag} {path}: is a folder; name a file")
     if not path.parent.is_dir():
         parser.error(f"{flag} {path}: cannot write there: {path.parent} is not a folder")
+    try:
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
+    except OSError as e:
+        parser.error(f"{flag} {path}: cannot write in the folder {path.parent} "
+                     f"({e.strerror or e})")
 
 
 class EpochLog:
@@ -260,23 +270,28 @@ def _fixed_metadata(path: Path) -> dict[str, Any]:
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
-    """Write `data` to `path` through a temporary file beside it (mode 0o666 less the umask)."""
-    for _ in range(100):
-        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-            break
-        except FileExistsError:
-            continue
-    else:
-        raise FileExistsError(f"no free temporary file name for {path}")
+    """Write `data` to `path` through a temporary file beside it (mode 0o666 less the umask).
+
+    An OSError names `path`, never the temporary file."""
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+        for _ in range(100):
+            tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+                break
+            except FileExistsError:
+                continue
+        else:
+            raise FileExistsError(errno.EEXIST, "no free temporary file name beside it")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    except OSError as e:
+        raise OSError(e.errno, e.strerror or str(e), str(path)) from None
 
 
 def _plural(n: int, word: str) -> str:
@@ -311,7 +326,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"needle-plot: left out {_plural(len(skipped), 'value')} not finite or beyond "
               f"+-{DRAWABLE:g}: {', '.join(skipped[:5])}{', ...' if len(skipped) > 5 else ''}",
               file=sys.stderr)
-    save_figure(rows, columns, args.title or args.csv.name, out)
+    try:
+        save_figure(rows, columns, args.title or args.csv.name, out)
+    except OSError as e:
+        parser.error(f"cannot write {out} ({e.strerror or e})")
     print(f"needle-plot: {_plural(len(rows), 'epoch')} drawn to {out}", file=sys.stderr)
     return 0
 
