@@ -1101,10 +1101,37 @@ def test_resume_with_another_runs_log_is_a_usage_error(two_runs, tmp_path, capsy
     assert [r["epoch"] for r in curves.read_csv(two_runs["log0"])[1]] == [1, 2, 3]
 
 
+def test_a_log_started_by_a_resumed_run_continues_when_that_run_is_resumed(two_runs, tmp_path,
+                                                                          capsys):
+    """A log first given to a resumed run starts at its first epoch; resuming that run later
+    continues it (its epochs end at the checkpoint's, at its time), another run's is refused."""
+    new, ck1, ck0 = tmp_path / "new.csv", tmp_path / "r1.npz", tmp_path / "r0.npz"
+    assert train.main(["--resume", str(two_runs["ck1"]), "--checkpoint", str(ck1),
+                       "--log-csv", str(new), "--quiet"]) == 0
+    rows = curves.read_csv(new)[1]
+    assert [r["epoch"] for r in rows] == [2, 3] and rows[1]["seconds"] == ndl.load(ck1)["seconds"]
+    # another run at epoch 3: never spliced onto this log
+    assert train.main(["--resume", str(two_runs["ck0"]), "--checkpoint", str(ck0),
+                       "--quiet"]) == 0
+    capsys.readouterr()
+    err = usage_error(["--resume", str(ck0), "--epochs", "4", "--log-csv", str(new)], capsys)
+    assert err.splitlines()[-1].startswith(f"needle-train: error: --log-csv {new}: its epoch 3 "
+                                           f"ended at {rows[1]['seconds']!r} s of training, so "
+                                           f"it logs another run than {ck0} (epoch 3, ")
+    # the run that started it: was refused as "its epochs are 2, 3, not 1 to 3"
+    assert train.main(["--resume", str(ck1), "--epochs", "4", "--log-csv", str(new),
+                       "--quiet"]) == 0
+    after = curves.read_csv(new)[1]
+    assert [r["epoch"] for r in after] == [2, 3, 4] and after[:2] == rows
+
+
 @pytest.mark.parametrize("edit, problem", [
     (lambda lines: lines[:1], "it holds no epochs up to 2"),
     (lambda lines: lines[:2], "it ends at epoch 1, before epoch 2"),
-    (lambda lines: [lines[0], lines[2]], "its epochs are 2, not 1 to 2"),
+    (lambda lines: [lines[0], lines[2], lines[1]], "its epochs are 2, 1, not consecutive "
+                                                   "numbers from 1 or later"),
+    (lambda lines: [lines[0], lines[1].replace("1", "0", 1), lines[2]],
+     "its epochs are 0, 2, not consecutive numbers from 1 or later"),
 ])
 def test_resume_with_a_log_whose_epochs_do_not_match_is_a_usage_error(edit, problem, fast,
                                                                       tmp_path, capsys):

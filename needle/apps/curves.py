@@ -107,9 +107,11 @@ class EpochLog:
         (None without --log-csv/--plot).
 
         A resumed run keeps the rows of the CSV up to epoch `start` and drops later ones
-        (their epochs are trained again), so no epoch appears twice; a fresh run starts it anew.
-        The CSV must be this run's: epochs 1 to `start` (at least), the row of `start` at
-        `seconds` (the checkpoint's time, which needle-train writes to both).
+        (their epochs are trained again), so no epoch appears twice; a fresh run starts it anew,
+        and so does a resumed run whose CSV does not exist yet (from epoch `start` + 1). The
+        CSV must be this run's: consecutive epochs up to `start` (from 1, or from where a
+        resumed run started it), the row of `start` at `seconds` (the checkpoint's time,
+        which needle-train writes to both).
         """
         if args.log_csv is None and args.plot is None:
             return None
@@ -152,13 +154,18 @@ class EpochLog:
 
 def _other_run(rows: list[Row], start: int, seconds: float) -> str | None:
     """Why `rows` (a CSV's rows up to epoch `start`) are not those of the checkpoint after
-    epoch `start` at `seconds` of training, or None when they are."""
+    epoch `start` at `seconds` of training, or None when they are.
+
+    They are when they number consecutive epochs up to `start`, from 1 or, for a log first
+    given to a resumed run, from that run's first epoch, and the row of `start` is at
+    `seconds`: the checkpoint's training time, which ties the log to its run."""
     epochs = [int(r["epoch"]) for r in rows]
-    if epochs != list(range(1, len(epochs) + 1)):
-        return f"its epochs are {_span(epochs)}, not 1 to {start}"
-    if len(rows) < start:
-        return f"it ends at epoch {len(rows)}, before epoch {start}" if rows else (
-            f"it holds no epochs up to {start}")
+    if not epochs:
+        return f"it holds no epochs up to {start}"
+    if epochs[0] < 1 or epochs != list(range(epochs[0], epochs[0] + len(epochs))):
+        return f"its epochs are {_span(epochs)}, not consecutive numbers from 1 or later"
+    if epochs[-1] < start:
+        return f"it ends at epoch {epochs[-1]}, before epoch {start}"
     if rows[-1]["seconds"] != seconds:
         return f"its epoch {start} ended at {rows[-1]['seconds']!r} s of training"
     return None
