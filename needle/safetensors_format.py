@@ -32,6 +32,10 @@ BF16_BYTES = 2
 #: the largest header read (the reference implementation's limit)
 MAX_HEADER_BYTES = 100_000_000
 METADATA = "__metadata__"
+#: the most dimensions a numpy (>= 2) array has
+MAX_NDIM = 64
+#: the most bytes a numpy array may span, counting only its nonzero dimensions
+MAX_ARRAY_BYTES = int(np.iinfo(np.intp).max)
 
 
 def write_safetensors(path: str | os.PathLike, arrays: dict[str, np.ndarray],
@@ -88,7 +92,12 @@ def read_safetensors(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], di
             data = f.read(end - begin)
             if len(data) != end - begin:  # the file shrank while being read
                 raise ValueError(f"load_safetensors: {path!r} ends inside {name!r}")
-            arrays[name] = _array(data, code, shape)
+            try:
+                arrays[name] = _array(data, code, shape)
+            except ValueError as e:  # numpy's own refusal, should the checks above miss one
+                raise ValueError(f"load_safetensors: {path!r} is not a valid safetensors "
+                                 f"file: {name!r} ({code}, shape {shape}) cannot be read "
+                                 f"({e})") from None
     return arrays, metadata
 
 
@@ -110,9 +119,13 @@ def _read_header(f: BinaryIO, size: int, path: str) -> tuple[dict, dict[str, str
         raise bad(f"the header cannot be read as JSON ({e})") from None
     if not isinstance(header, dict):
         raise bad(f"the header is a JSON {type(header).__name__}, not an object")
-    metadata = header.pop(METADATA, None) or {}
-    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
-        raise bad(f"{METADATA} must map strings to strings")
+    metadata = header.pop(METADATA, None)  # absent or null: none (as the reference reads)
+    if metadata is None:
+        metadata = {}
+    elif not isinstance(metadata, dict) or not all(isinstance(v, str)
+                                                   for v in metadata.values()):
+        raise bad(f"{METADATA} must map strings to strings, found "
+                  f"{_short(metadata)}")
     entries = {}
     for name, entry in header.items():
         entries[name] = _entry(name, entry, bad)
@@ -137,17 +150,33 @@ def _entry(name: str, entry: Any, bad) -> tuple[str, tuple[int, ...], int, int]:
         raise bad(f"{name!r} has dtype {code!r}; needle reads "
                   f"{', '.join(sorted([*DTYPES, 'BF16']))}")
     if not isinstance(shape, list) or not all(_count(d) for d in shape):
-        raise bad(f"{name!r} has shape {shape!r}, expected a list of non-negative ints")
+        raise bad(f"{name!r} has shape {_short(shape)}, expected a list of non-negative ints")
+    if len(shape) > MAX_NDIM:
+        raise bad(f"{name!r} has {len(shape)} dimensions, more than the {MAX_NDIM} an array "
+                  "can have")
     if not (isinstance(offsets, list) and len(offsets) == 2 and all(map(_count, offsets))
             and offsets[0] <= offsets[1]):
-        raise bad(f"{name!r} has data_offsets {offsets!r}, expected [begin, end] with "
+        raise bad(f"{name!r} has data_offsets {_short(offsets)}, expected [begin, end] with "
                   "0 <= begin <= end")
     itemsize = BF16_BYTES if code == "BF16" else DTYPES[code].itemsize
     nbytes = math.prod(shape) * itemsize
     if offsets[1] - offsets[0] != nbytes:
         raise bad(f"{name!r} ({code}, shape {tuple(shape)}) needs {nbytes} bytes, its "
                   f"data_offsets {offsets} span {offsets[1] - offsets[0]}")
+    # numpy sizes an array by its nonzero dimensions, even an empty one (BF16 is read as
+    # float32): [2**40, 2**40, 0] spans no bytes, yet no array has that shape
+    held = math.prod(d for d in shape if d) * (4 if code == "BF16" else itemsize)
+    if held > MAX_ARRAY_BYTES:
+        raise bad(f"{name!r} ({code}) has shape {_short(shape)}: no array holds so many "
+                  f"elements (its nonzero dimensions span {held} bytes, more than "
+                  f"{MAX_ARRAY_BYTES})")
     return code, tuple(shape), offsets[0], offsets[1]
+
+
+def _short(value: Any) -> str:
+    """repr(value), cut to 80 characters for an error message."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _count(value: Any) -> bool:

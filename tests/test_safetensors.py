@@ -201,6 +201,23 @@ F32 = {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}
     ({"w": F32, "v": F32}, b"\0" * 8, None, "'v' starts at byte 0 of the data, expected 8"),
     ({"w": {**F32, "extra": 1}}, b"\0" * 8, None, "exactly dtype, shape and data_offsets"),
     ({"w": F32, "__metadata__": {"a": 1}}, b"\0" * 8, None, "__metadata__ must map strings"),
+    # a falsy non-object was taken for no metadata
+    ({"w": F32, "__metadata__": []}, b"\0" * 8, None, "__metadata__ must map strings"),
+    ({"w": F32, "__metadata__": ""}, b"\0" * 8, None, "__metadata__ must map strings"),
+    ({"w": F32, "__metadata__": 0}, b"\0" * 8, None, "__metadata__ must map strings"),
+    ({"w": F32, "__metadata__": False}, b"\0" * 8, None, "__metadata__ must map strings"),
+    ({"w": F32, "__metadata__": [["a", "b"]]}, b"\0" * 8, None, "__metadata__ must map strings"),
+    # empty, but no array can have the shape: numpy's bare "cannot reshape array of size 0"
+    ({"w": {**F32, "shape": [2**40, 2**40, 0], "data_offsets": [0, 0]}}, b"", None,
+     "'w' (F32) has shape [1099511627776, 1099511627776, 0]: no array holds so many elements"),
+    ({"w": {**F32, "shape": [0, 2**62, 2], "data_offsets": [0, 0]}}, b"", None,
+     "'w' (F32) has shape [0, 4611686018427387904, 2]: no array holds"),
+    ({"w": {**F32, "shape": [2**62, 0], "data_offsets": [0, 0]}}, b"", None,
+     "'w' (F32) has shape [4611686018427387904, 0]: no array holds"),
+    ({"w": {"dtype": "BF16", "shape": [2**62, 0], "data_offsets": [0, 0]}}, b"", None,
+     "'w' (BF16) has shape [4611686018427387904, 0]: no array holds"),
+    ({"w": {**F32, "shape": [1] * 65, "data_offsets": [0, 4]}}, b"\0" * 4, None,
+     "'w' has 65 dimensions, more than the 64 an array can have"),
 ])
 def test_malformed_files_are_value_errors_naming_the_file(tmp_path, header, data, length,
                                                           message):
@@ -210,6 +227,16 @@ def test_malformed_files_are_value_errors_naming_the_file(tmp_path, header, data
                                          "safetensors file") as info:
         ndl.load_safetensors(path)
     assert message in str(info.value)
+
+
+def test_metadata_null_is_none_and_empty_shapes_numpy_holds_load(tmp_path):
+    # as the reference package: "__metadata__": null is no metadata
+    path = tmp_path / "ok.safetensors"
+    raw_file(path, {"__metadata__": None, "w": {**F32, "shape": [2**61 - 1, 0],
+                                                 "data_offsets": [0, 0]}})
+    assert ndl.load_safetensors(path)["w"].shape == (2**61 - 1, 0)
+    raw_file(path, {"w": {**F32, "shape": [1] * 64, "data_offsets": [0, 4]}}, b"\0" * 4)
+    assert ndl.load_safetensors(path)["w"].shape == (1,) * 64
 
 
 def test_duplicate_names_are_refused(tmp_path):
