@@ -747,6 +747,19 @@ def test_resume_with_a_log_of_another_kind_is_a_usage_error(fast, tmp_path, caps
     assert f"--log-csv {log}: its columns (epoch, train_loss, train_perplexity" in err
 
 
+def test_resume_with_a_log_that_is_not_utf8_names_the_file(fast, tmp_path, capsys):
+    ck, log = tmp_path / "ck.npz", tmp_path / "log.csv"
+    assert train.main([*fast, "--epochs", "2", "--stop-after", "1", "--checkpoint", str(ck),
+                       "--log-csv", str(log)]) == 0
+    capsys.readouterr()
+    log.write_bytes(log.read_bytes().replace(b"1,", b"\xff,", 1))
+    err = usage_error(["--resume", str(ck), "--log-csv", str(log)], capsys)
+    # was "--log-csv: 'utf-8' codec can't decode byte 0xff in position 69: ..."
+    assert err.splitlines()[-1] == (f"needle-train: error: --log-csv: {log} is not a "
+                                    "needle-train log: it is not UTF-8 text (byte 0xff at "
+                                    f"offset {len(','.join(curves.IMAGE_COLUMNS)) + 1})")
+
+
 @pytest.mark.parametrize("every_epoch, drawn", [(False, [3]), (True, [1, 2, 3])])
 def test_plot_is_drawn_at_the_end_or_after_every_epoch(every_epoch, drawn, fast, tmp_path,
                                                        monkeypatch):
@@ -950,6 +963,23 @@ def test_cifar_batch_with_a_huge_array_is_a_usage_error(tmp_path, capsys):
     line = err.splitlines()[-1]
     assert line.startswith(f"needle-train: error: --data-dir {data}: {data / 'test_batch'}: ")
     assert "corrupt CIFAR-10 batch" in line
+
+
+def test_cifar_batch_with_ragged_labels_names_the_batch(tmp_path, capsys):
+    import pickle
+
+    data = write_cifar(tmp_path / "cifar", per_batch=2)
+    batch = data / "data_batch_3"
+    with open(batch, "rb") as f:
+        content = pickle.load(f)
+    content[b"labels"] = [[0], [1, 2]]
+    with open(batch, "wb") as f:
+        pickle.dump(content, f, protocol=2)
+    err = usage_error(["--model", "resnet9", "--data-dir", str(data), "--quiet"], capsys)
+    # was numpy's bare "setting an array element with a sequence. ... inhomogeneous shape"
+    assert err.splitlines()[-1] == (f"needle-train: error: --data-dir {data}: {batch}: "
+                                    "b'labels' must be a flat list of ints, found a ragged "
+                                    "list")
 
 
 @pytest.mark.parametrize("train_words, test_words, bad, tokens", [

@@ -47,10 +47,20 @@ def test_csv_round_trip(tmp_path):
     (CSV + "3,1.0,0.5\n", ", line 4: malformed row (3 fields, not 7)"),
     (CSV + "3,1.0,0.5,x,1,1,1\n", ", line 4: malformed row (could not convert"),
     (CSV + "3.5,1.0,0.5,1,1,1,1\n", ", line 4: malformed row (invalid literal for int()"),
+    # were a UnicodeDecodeError without the file's name, and a csv.Error's traceback
+    (CSV.encode() + b"3,\xff\n", " is not a needle-train log: it is not UTF-8 text (byte 0xff "
+                                 f"at offset {len(CSV) + 2})"),
+    (b"\xff" + CSV.encode(), " is not a needle-train log: it is not UTF-8 text (byte 0xff at "
+                             "offset 0)"),
+    (CSV + "3," + "1" * 200_000 + "\n", ", line 4: malformed CSV (field larger than field "
+                                       "limit"),
 ])
 def test_foreign_or_broken_logs_are_named(text, message, tmp_path):
     path = tmp_path / "log.csv"
-    path.write_text(text)
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
     with pytest.raises(ValueError) as info:
         curves.read_csv(path)
     assert str(info.value).startswith(str(path)) and message in str(info.value)
@@ -109,9 +119,13 @@ def test_needle_plot_draws_a_log(tmp_path, matplotlib, capsys):
     (CSV.splitlines()[0] + "\n", ["{tmp}/log.csv"], "has no epochs to draw"),
     (CSV, ["{tmp}/log.csv", "-o", "{tmp}/log.jpg"], "name a .png, .svg or .pdf file"),
     (CSV, ["{tmp}/log.csv", "-o", "{tmp}/no/log.png"], "{tmp}/no is not a folder"),
+    (CSV.encode() + b"\xff", ["{tmp}/log.csv"], "{tmp}/log.csv is not a needle-train log: it "
+                                                "is not UTF-8 text (byte 0xff at offset "),
 ])
 def test_needle_plot_usage_errors(setup, argv, message, tmp_path, capsys, matplotlib):
-    if setup is not None:
+    if isinstance(setup, bytes):
+        (tmp_path / "log.csv").write_bytes(setup)
+    elif setup is not None:
         (tmp_path / "log.csv").write_text(setup)
     with pytest.raises(SystemExit) as info:
         curves.main([a.replace("{tmp}", str(tmp_path)) for a in argv])

@@ -189,8 +189,17 @@ def write_csv(path: Path, columns: tuple[str, ...], rows: list[Row]) -> None:
 
 def read_csv(path: Path) -> tuple[tuple[str, ...], list[Row]]:
     """The columns and rows of a needle-train log; ValueError naming the file and line."""
-    with open(path, newline="") as f:
-        lines = list(csv.reader(f))
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")  # as write_csv writes it, whatever the locale
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not a needle-train log: it is not UTF-8 text (byte "
+                         f"0x{data[e.start]:02x} at offset {e.start})") from None
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        lines = list(reader)
+    except csv.Error as e:  # a field over csv's size limit
+        raise ValueError(f"{path}, line {reader.line_num}: malformed CSV ({e})") from None
     if not lines:
         raise ValueError(f"{path} is empty, not a needle-train log")
     columns = tuple(lines[0])

@@ -177,7 +177,11 @@ def _check_labels(labels: Any, n: int, path: Path) -> np.ndarray:
     """`labels` as int64 (n,) in 0..9, or a ValueError naming `path` and what was found."""
     if not isinstance(labels, (list, tuple, np.ndarray)):
         raise ValueError(f"{path}: b'labels' must be a list of ints, found {type(labels).__name__}")
-    found = np.asarray(labels)
+    try:
+        found = np.asarray(labels)
+    except ValueError:  # numpy's "inhomogeneous shape": lists of different lengths
+        raise ValueError(f"{path}: b'labels' must be a flat list of ints, found a ragged "
+                         "list") from None
     if found.ndim != 1 or (found.size and found.dtype.kind not in "ui"):
         raise ValueError(f"{path}: b'labels' must be a flat list of ints, found "
                          f"{found.dtype} shape {found.shape}")
