@@ -103,6 +103,95 @@ def test_a_new_signature_records_again_and_the_cache_is_bounded(device):
     assert step.captures == 4 and len(step.programs()) == 2
 
 
+class _Trainer:
+    """A step as a method: each instance trains its own model."""
+
+    def __init__(self, device, p: float = 0.3):
+        self.model, self.opt = _model(device, p)
+        self.loss_fn = nn.SoftmaxLoss()
+
+    def step(self, x, y):
+        self.opt.reset_grad()
+        loss = self.loss_fn(self.model(x), y)
+        loss.backward()
+        self.opt.step()
+        return loss
+
+
+def _compiled_trainer(equal_instances: bool = False, max_cache: int = 8) -> type:
+    """A fresh class whose `step` is `_Trainer.step` compiled as a method; with
+    `equal_instances`, all its instances compare (and hash) equal."""
+
+    class Compiled(_Trainer):
+        step = ndl.compile(_Trainer.step, max_cache=max_cache)
+
+    if equal_instances:
+        Compiled.__eq__ = lambda self, other: isinstance(other, Compiled)
+        Compiled.__hash__ = lambda self: 0
+    return Compiled
+
+
+@pytest.mark.parametrize("equal_instances", [False, True], ids=["plain", "equal"])
+def test_a_compiled_method_binds_each_instance(equal_instances, device):
+    # before: Compiled had no __get__, so `m.step(x, y)` called step(x, y), self missing.
+    # Instances that compare equal still get their own program: self is keyed by identity
+    batches = _batches(device)
+    cls = _compiled_trainer(equal_instances)
+    results, params = {}, {}
+    for kind, trainer in (("eager", _Trainer), ("compiled", cls)):
+        device.manual_seed(11)
+        a = trainer(device)
+        b = trainer(device, p=0.5)  # the same first weights, another dropout rate
+        results[kind] = [m.step(x, y) for x, y in batches for m in (a, b)]
+        params[kind] = _params(a.model) + _params(b.model)
+    _assert_same(results["eager"], results["compiled"])
+    _assert_same(params["eager"], params["compiled"])
+    assert not np.array_equal(_params(a.model)[0], _params(b.model)[0])  # trained apart
+    # one cache for the method, each instance recorded once
+    assert a.step.captures == b.step.captures == cls.step.captures == 2
+    assert a.step.__self__ is a and a.step.__func__ is cls.step and a.step == a.step
+    assert a.step.__name__ == "step" and a.step != b.step
+    assert cls.step.__get__(None, cls) is cls.step
+
+
+def test_a_compiled_method_called_on_the_class_and_its_cache_limit(device):
+    import gc
+    import weakref
+
+    cls = _compiled_trainer(equal_instances=True, max_cache=3)
+    x, y = _batches(device, 1)[0]
+    first = cls(device)
+    cls.step(first, x, y)  # through the class: the same as first.step(x, y)
+    first.step(x, y)  # the same signature: replayed
+    assert cls.step.captures == 1
+    for m in (cls(device), cls(device), cls(device)):  # max_cache=3: `first` is dropped
+        m.step(x, y)
+    assert cls.step.captures == 4 and len(cls.step.cache) == 3
+    gone = weakref.ref(first)  # and let go: the cache keeps at most max_cache instances
+    del first
+    gc.collect()
+    assert gone() is None
+
+
+def test_static_methods_compiled_either_way_take_no_self(device):
+    class Steps:
+        @ndl.compile
+        @staticmethod
+        def double(x):
+            return x * 2
+
+        @staticmethod
+        @ndl.compile
+        def triple(x):
+            return x * 3
+
+    x = ndl.Tensor([1.0, 2.0], device=device)
+    for steps in (Steps, Steps()):
+        assert steps.double(x).numpy().tolist() == [2.0, 4.0]
+        assert steps.triple(x).numpy().tolist() == [3.0, 6.0]
+    assert Steps.double.captures == Steps.triple.captures == 1
+
+
 def test_replays_build_no_graph_and_return_constants(device):
     model, opt = _model(device)
     step = ndl.compile(_train_step(model, opt))

@@ -73,12 +73,41 @@ class Compiled:
         self.cache: OrderedDict[tuple, tuple[list[Program], list]] = OrderedDict()
         #: how many times the step was recorded (a new signature, a failed guard)
         self.captures = 0
+        #: a method (set when bound or defined in a class body): self keyed by identity
+        self.method = False
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        """Defined in a class body: a method, whose first argument is self, also when called
+        through the class (`Cls.step(obj, x)` is `obj.step(x)`)."""
+        self.method = not isinstance(self.fn, staticmethod)
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        """`obj.step` for a step defined as a method: `step` bound to `obj`, as a function
+        would be (on the class, or for a staticmethod, the step itself)."""
+        if instance is None or isinstance(self.fn, staticmethod):
+            return self
+        self.method = True  # assigned to a class after its creation: a method from now on
+        return BoundStep(self, instance)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.method and args:
+            return self._call(args[0], args[1:], kwargs)
+        return self._call(_UNBOUND, args, kwargs)
+
+    def _call(self, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """Replay or record the step for `args`; with `instance` (a bound method's self),
+        `fn(instance, *args)`, self keyed by identity and kept alive with its entry."""
+        bound = instance is not _UNBOUND
         tracer = graph._TRACER
         if tracer is not None and tracer.thread == threading.get_ident():
+            if bound:
+                return self.fn(instance, *args, **kwargs)  # inside another recording
             return self.fn(*args, **kwargs)  # inside another recording: part of it
         key, tensors, pinned = signature(args, kwargs)
+        if bound:  # by identity even when instances compare equal: each reads its own state
+            key = (("self", id(instance)), *key)
+            pinned.append(instance)
+            args = (instance, *args)
         entry = self.cache.get(key)
         if entry is not None:
             for program in entry[0]:
@@ -127,6 +156,38 @@ class Compiled:
         return [getattr(p, "program", p) for programs, _ in self.cache.values() for p in programs]
 
 
+_UNBOUND = object()  # Compiled._call's instance when the step is no bound method
+
+
+class BoundStep:
+    """A compiled method bound to an instance (`obj.step`): calls the step with `obj` as
+    self; its other attributes (`captures`, `programs()`, `cache`) are the step's, whose
+    cache serves every instance."""
+
+    __slots__ = ("__func__", "__self__")
+
+    def __init__(self, step: Compiled, instance: Any):
+        self.__func__ = step
+        self.__self__ = instance
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.__func__._call(self.__self__, args, kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__func__, name)
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, BoundStep) and other.__func__ is self.__func__
+                and other.__self__ is self.__self__)
+
+    def __hash__(self) -> int:
+        return hash((id(self.__func__), id(self.__self__)))
+
+    def __repr__(self) -> str:
+        name = getattr(self.__func__, "__qualname__", "step")
+        return f"<compiled method {name} of {type(self.__self__).__name__} object>"
+
+
 def compile(fn: Callable | None = None, *, max_cache: int = 8,  # noqa: A001
             cuda_graph: bool = False) -> Any:
     """Record `fn` (a training or inference step on Tensors) at its first call for each
@@ -138,7 +199,10 @@ def compile(fn: Callable | None = None, *, max_cache: int = 8,  # noqa: A001
     `@ndl.compile(max_cache=4)`). The signature is the shape, dtype, device and
     requires_grad of each Tensor argument and the value of every other argument; at most
     `max_cache` signatures are kept (and per signature as many programs, one per state of
-    the guards: train and eval mode, say). Returned Tensors are constants (no graph). With
+    the guards: train and eval mode, say). On a method, `obj.step(...)` binds as a function
+    would: one cache for all instances, `self` part of the signature by identity (each
+    instance recorded once, kept alive while its entry is cached). Returned Tensors are
+    constants (no graph). With
     `cuda_graph=True`, a step on a `torch:cuda` or `cuda` device is captured as one CUDA
     graph at its second replay (needle/compiled/cuda_graph.py; elsewhere, or when the
     capture fails, a warning says why not). See the
