@@ -9,7 +9,8 @@
 - `array(a, dtype="float32", device=None)`: a new NDArray, `device.asarray(a, dtype=dtype)`
   on `device` (the default device when None).
 - `cpu()`, `cpu_numpy()`, `cuda()`, `default_device()`: needle's device factories.
-- `array_api`: the default device's array-API namespace (numpy's on cpu).
+- `array_api`: the default device's array-API namespace (numpy's on cpu), whose reductions
+  also take their axis positionally, as the course's (`CourseNamespace`).
 
 Out of scope by design: the course's hand-written strided NDArray (`strides`, `offset`,
 `as_strided`, `make`, in-place writes, the C++/CUDA kernels behind them). The array library is
@@ -44,6 +45,8 @@ class _AnyDeviceArray(type):
 
 def _binary(op: Callable[[Any, Any], Any]) -> Callable[[NDArray, Any], NDArray]:
     def method(self: NDArray, other: Any) -> NDArray:
+        if getattr(other, "__array_ufunc__", 0) is None:  # a Tensor: its own operator runs
+            return NotImplemented
         return NDArray.view(op(self._array, unwrap(other)), self.device)
 
     return method
@@ -51,6 +54,8 @@ def _binary(op: Callable[[Any, Any], Any]) -> Callable[[NDArray, Any], NDArray]:
 
 def _compare(op: Callable[[Any, Any], Any]) -> Callable[[NDArray, Any], NDArray]:
     def method(self: NDArray, other: Any) -> NDArray:  # 1.0 / 0.0, as the course's arrays
+        if getattr(other, "__array_ufunc__", 0) is None:  # a Tensor: its own operator runs
+            return NotImplemented
         a = self._array
         return NDArray.view(self.device.xp.astype(op(a, unwrap(other)), a.dtype), self.device)
 
@@ -280,9 +285,61 @@ def array(a: Any, dtype: Any = "float32", device: Device | None = None) -> NDArr
     return NDArray.view(device.asarray(a, dtype=dtype), device)
 
 
+class CourseNamespace:
+    """A device's array-API namespace as the course's `array_api`: every name is the
+    namespace's own, and the reductions also take their axis positionally
+    (`array_api.max(Z, self.axes, keepdims=True)`, as numpy and the course's NDArray module
+    do; the standard makes it keyword-only)."""
+
+    def __init__(self, xp: Any):
+        self.xp = xp
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.xp, name)
+
+    def __repr__(self) -> str:
+        return f"CourseNamespace({getattr(self.xp, '__name__', type(self.xp).__name__)})"
+
+    def sum(self, x: Any, axis: Any = None, keepdims: bool = False, **kw: Any) -> Any:
+        """Sum over `axis` (None: all)."""
+        return self.xp.sum(x, axis=_axis(axis), keepdims=keepdims, **kw)
+
+    def max(self, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+        """Maximum over `axis` (None: all)."""
+        return self.xp.max(x, axis=_axis(axis), keepdims=keepdims)
+
+    def min(self, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+        """Minimum over `axis` (None: all)."""
+        return self.xp.min(x, axis=_axis(axis), keepdims=keepdims)
+
+    def mean(self, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+        """Mean over `axis` (None: all)."""
+        return self.xp.mean(x, axis=_axis(axis), keepdims=keepdims)
+
+    def prod(self, x: Any, axis: Any = None, keepdims: bool = False, **kw: Any) -> Any:
+        """Product over `axis` (None: all)."""
+        return self.xp.prod(x, axis=_axis(axis), keepdims=keepdims, **kw)
+
+
+def _axis(axis: Any) -> Any:
+    """An axis as the standard takes it: a list becomes a tuple."""
+    return tuple(axis) if isinstance(axis, list) else axis
+
+
+_COURSE_NAMESPACES: dict[int, CourseNamespace] = {}  # id(xp) -> its course namespace
+
+
+def course_namespace(xp: Any) -> CourseNamespace:
+    """The one CourseNamespace of namespace `xp`."""
+    found = _COURSE_NAMESPACES.get(id(xp))
+    if found is None or found.xp is not xp:
+        found = _COURSE_NAMESPACES[id(xp)] = CourseNamespace(xp)
+    return found
+
+
 def _resolve(name: str) -> Any:
     if name == "array_api":
-        return default_device().xp
+        return course_namespace(default_device().xp)
     return NDArray
 
 

@@ -664,3 +664,26 @@ def test_assigning_a_grad_of_another_shape_or_device_is_refused(device):
     assert p.dtype == "float32" and p.shape == (3, 200)
     np.testing.assert_allclose(p.numpy(), -np.ones((3, 200)), rtol=1e-6)
     p.grad = None
+
+
+def test_arrays_of_several_elements_are_constant_operands(device):
+    """Course code mixes arrays into Tensor arithmetic (`Z - max_Z` with an NDArray,
+    `out_grad * (a > 0)` with a numpy mask): they are constants of the tensor's device and
+    dtype, broadcast as Tensors are, with no gradient of their own (a TypeError before)."""
+    z = np.arange(6.0).reshape(2, 3) - 2
+    x = ndl.Tensor(z, device=device, dtype="float32")
+    m = x.realize_cached_data().max((1,), keepdims=True)  # an NDArray of shape (2, 1)
+    cases = [(x - m, z - z.max(1, keepdims=True)), (x * (z > 0), z * (z > 0)),
+             (np.ones((2, 1)) + x, 1 + z), (np.full(3, 2.0) - x, 2 - z),
+             (x / np.full((2, 3), 4.0), z / 4), (np.full((2, 3), 3.0) / (x + 3), 3 / (z + 3)),
+             (x.realize_cached_data() * x, z * z)]
+    for y, expected in cases:
+        assert y.dtype == "float32" and y.device == device
+        np.testing.assert_allclose(y.numpy(), expected, rtol=1e-6)
+    (x * (z > 0) - m).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), (z > 0).astype(np.float32))
+    other = ndl.strict() if device != ndl.strict() else ndl.cpu()
+    if other.enabled() and other.kind != "cpu":
+        with pytest.raises(ValueError, match="operand on"):
+            x + other.asarray(z, dtype="float32")
+    assert (x * np.array([2.0])).shape == (2, 3)  # one element: the scalar op, as before

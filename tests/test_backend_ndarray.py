@@ -202,7 +202,8 @@ def test_the_framework_reads_raw_arrays_only():
 def test_course_names_resolve_to_the_one_ndarray_class():
     for module in (ndl, ndl.autograd, ndl.ops, nd):
         assert module.NDArray is nd.NDArray
-        assert module.array_api is ndl.default_device().xp
+        assert module.array_api is nd.course_namespace(ndl.default_device().xp)
+        assert module.array_api.exp is ndl.default_device().xp.exp
     from needle.ops import NDArray
 
     assert NDArray is nd.NDArray
@@ -223,3 +224,19 @@ def test_import_and_isinstance_start_no_device(tmp_path):
             "assert 'array_api_strict' not in sys.modules, 'array-api-strict imported'; "
             "assert all(d._xp is None for d in needle.all_devices()), 'a device was loaded'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path)
+
+
+def test_array_api_takes_the_courses_positional_axes(device):
+    """The seed notes' LogSumExp.compute, `array_api.max(Z, self.axes, keepdims=True)` and
+    `array_api.sum(..., self.axes)`, runs on every device's namespace as the course's."""
+    xp = nd.course_namespace(device.xp)
+    z = np.random.default_rng(0).standard_normal((3, 4))
+    Z = device.asarray(z, dtype="float64")
+    m = xp.max(Z, (1,), keepdims=True)
+    out = xp.log(xp.sum(xp.exp(Z - m), (1,))) + xp.max(Z, (1,), keepdims=False)
+    expected = np.log(np.exp(z - z.max(1, keepdims=True)).sum(1)) + z.max(1)
+    np.testing.assert_allclose(device.to_numpy(out), expected, rtol=1e-12)
+    for name, ref in (("min", np.min), ("mean", np.mean), ("prod", np.prod)):
+        np.testing.assert_allclose(device.to_numpy(getattr(xp, name)(Z, [0])), ref(z, 0),
+                                   rtol=1e-12)
+    assert device.to_numpy(xp.sum(Z)) == pytest.approx(z.sum())

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from math import prod as _prod
 from typing import Any
 
 from ..backend_ndarray import NDArray
+from ..backend_ndarray import unwrap as _unwrap
 from ..backends import Device, default_device
+from ..backends import device_of as _device_of
+from ..backends import is_device_array as _is_device_array
 from ..grad_mode import enable_grad, no_grad
 from . import graph as _graph
 from .engine import backward
@@ -284,12 +288,35 @@ class Tensor(Value):
     def __str__(self) -> str:
         return str(self.numpy())
 
-    # ----- operators: Tensor operands use the EWise ops, Python numbers the scalar ops ------
+    # ----- operators: Tensor operands use the EWise ops, Python numbers the scalar ops, and
+    # arrays of more than one element (course code's `out_grad * (a > 0)`, `Z - max_Z`) are
+    # constant Tensors of this tensor's device and dtype ----------------------------------
+    def _array_operand(self, other: Any) -> Tensor | None:
+        """`other` as a constant Tensor where it is an array (a numpy array, an NDArray, this
+        device's array) of more than one element; None for numbers and one-element arrays,
+        which the scalar ops take. Host (numpy) data is copied over; another device's array
+        is a ValueError naming both."""
+        if other.__class__ in _NUMBERS:
+            return None
+        shape = getattr(other, "shape", None)
+        if shape is None or _prod(shape) == 1:
+            return None
+        raw = _unwrap(other)
+        where = _device_of(raw) if _is_device_array(raw) else self.device
+        if where != self.device and where.kind != "cpu":  # (numpy's: host data)
+            raise ValueError(f"an operand on {where} for a tensor on {self.device}: move it "
+                             "with .to() or the device's asarray")
+        return Tensor.make_const(self.device.asarray(raw, dtype=self._array.dtype),
+                                 device=self.device)
+
     def __add__(self, other: Any) -> Tensor:
         if isinstance(other, Tensor):
             if self._array.dtype is other._array.dtype:  # the hot case
                 return _make(_ops.EWiseAdd(), (self, other))
             return _ops.EWiseAdd()(self, other)  # promotes mixed dtypes (ops/dtypes.py)
+        array = self._array_operand(other)
+        if array is not None:
+            return self + array
         return _make(_ops.AddScalar(other), (self,))
 
     __radd__ = __add__
@@ -299,6 +326,9 @@ class Tensor(Value):
             if self._array.dtype is other._array.dtype:  # the hot case
                 return _make(_ops.EWiseMul(), (self, other))
             return _ops.EWiseMul()(self, other)  # promotes mixed dtypes (ops/dtypes.py)
+        array = self._array_operand(other)
+        if array is not None:
+            return self * array
         return _make(_ops.MulScalar(other), (self,))
 
     __rmul__ = __mul__
@@ -308,17 +338,29 @@ class Tensor(Value):
             if self._array.dtype is not other._array.dtype:  # before the negation
                 self, other = _ops.dtypes.promote("subtract", (self, other))
             return _ops.EWiseAdd()(self, _ops.Negate()(other))
+        array = self._array_operand(other)
+        if array is not None:
+            return self - array
         return _ops.AddScalar(-_ops.as_scalar(other))(self)
 
     def __rsub__(self, other: Any) -> Tensor:
+        array = self._array_operand(other)
+        if array is not None:
+            return array - self
         return _ops.AddScalar(other)(_ops.Negate()(self))
 
     def __truediv__(self, other: Any) -> Tensor:
         if isinstance(other, Tensor):
             return _ops.EWiseDiv()(self, other)
+        array = self._array_operand(other)
+        if array is not None:
+            return self / array
         return _make(_ops.DivScalar(other), (self,))
 
     def __rtruediv__(self, other: Any) -> Tensor:
+        array = self._array_operand(other)
+        if array is not None:
+            return array / self
         return _ops.MulScalar(other)(_ops.PowerScalar(-1)(self))
 
     def __pow__(self, other: Any) -> Tensor:
@@ -382,6 +424,9 @@ class OneHotAdjoint(TensorTuple):
     __slots__ = ("index", "element")
 
 
+
+
+_NUMBERS = (int, float, bool, complex)  # the scalar ops' operands, told apart at once
 
 
 def constant_like(like: Any, array: Any) -> Any:
