@@ -128,6 +128,11 @@ class NDArray(metaclass=_AnyDeviceArray):
             return self
         return NDArray.view(device.asarray(self._array), device)
 
+    def astype(self, dtype: Any) -> NDArray:
+        """A copy as `dtype` (a name, a numpy dtype or the device's), as numpy's `astype`."""
+        return NDArray.view(self.device.asarray(self._array, dtype=dtype),
+                            self.device)
+
     def compact(self) -> NDArray:
         """Itself: the array library manages the memory layout."""
         return self

@@ -240,3 +240,13 @@ def test_array_api_takes_the_courses_positional_axes(device):
         np.testing.assert_allclose(device.to_numpy(getattr(xp, name)(Z, [0])), ref(z, 0),
                                    rtol=1e-12)
     assert device.to_numpy(xp.sum(Z)) == pytest.approx(z.sum())
+
+
+def test_astype_of_a_view_as_the_course_harness_uses_it(device):
+    """hw2's optimizer tests do `get_int_tensor(...).cached_data.astype(np.uint8)` and make
+    a Tensor of it: a copy of the new dtype on the same device."""
+    t = ndl.Tensor(np.array([3, 0, 7]), device=device)
+    y = t.cached_data.astype(np.uint8)
+    assert isinstance(y, nd.NDArray) and y.dtype == "uint8" and y.device == device
+    np.testing.assert_array_equal(ndl.Tensor(y, device=device).numpy(), [3, 0, 7])
+    assert t.cached_data.astype("float32").dtype == "float32" and t.dtype == "int64"

@@ -300,6 +300,18 @@ def test_causal_attention_of_fewer_queries_than_keys_uses_the_courses_mask(devic
     assert np.all(probs.numpy()[..., 0, 4] == 0) and np.all(probs.numpy()[..., 0, :4] > 0)
 
 
+def test_the_courses_three_argument_mask_and_matmul(device):
+    """create_causal_mask(i, j, device) as the course calls it (float32), and the course's
+    batched `matmul(a, b_transpose)` helper."""
+    mha = MultiHeadAttention(causal=True, device=device)
+    mask = mha.create_causal_mask(2, 2, device)
+    assert mask.dtype == "float32"
+    np.testing.assert_array_equal(mask.numpy(), [[[[0, NEG_MAX], [0, 0]]]])
+    a, b = data(2, 3, 4, 5, seed=1), data(2, 3, 6, 5, seed=2)
+    out = mha.matmul(tensor(a, device), tensor(b, device))
+    np.testing.assert_allclose(out.numpy(), a @ np.swapaxes(b, -1, -2), **TOL)
+
+
 def test_fully_masked_rows_stay_finite(device):
     mha = MultiHeadAttention(causal=True, device=device)
     logits = tensor(np.full((1, 1, 2, 3), NEG_MAX), device)

@@ -10,6 +10,7 @@ state gives the course's weights; dropout masks are drawn in forward order.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from .. import init, ops
 from ..autograd import Tensor
@@ -55,14 +56,20 @@ class MultiHeadAttention(Module):
         self.causal = bool(causal)
         self.dropout = Dropout(dropout)
 
-    def create_causal_mask(self, i: int, j: int, device: Device, dtype) -> Tensor:
+    def create_causal_mask(self, i: int, j: int, device: Device, dtype: Any = "float32"
+                           ) -> Tensor:
         """(1, 1, i, j): -float32 max where a key comes after its query, 0 elsewhere: the
         course's -max * triu(ones, j - i + 1), the i queries being the last i of the j keys."""
         xp = device.xp
         at = device.native
+        dtype = getattr(xp, dtype) if isinstance(dtype, str) else dtype
         later = xp.arange(j, device=at)[None, :] > xp.arange(j - i, j, device=at)[:, None]
         mask = xp.astype(later, dtype) * _NEG_MAX
         return Tensor.make_const(xp.reshape(mask, (1, 1, i, j)), device=device)
+
+    def matmul(self, a: Tensor, b_transpose: Tensor) -> Tensor:
+        """a @ b_transpose^T over the last two axes (the course's batched product)."""
+        return ops.MatMul(transpose_b=True)(a, b_transpose)
 
     def softmax(self, logit: Tensor) -> Tensor:
         """Softmax over the last axis, exp(logit - max) / sum: finite for rows that are all
