@@ -172,8 +172,11 @@ def test_get_device_by_kind_and_index():
 
 
 def test_course_array_api_is_the_default_device_and_ndarray_any_device_array():
-    xp = ndl.default_device().xp
     from needle.backend_ndarray import NDArray as course_ndarray
+    from needle.backend_ndarray import course_namespace
+
+    xp = course_namespace(ndl.default_device().xp)  # the namespace, with positional axes
+    assert xp.xp is ndl.default_device().xp and xp.ones is xp.xp.ones
 
     for module in (ndl, ndl.autograd, ndl.backend_ndarray):
         assert module.array_api is xp
@@ -190,7 +193,10 @@ def test_course_array_api_is_the_default_device_and_ndarray_any_device_array():
 
 def test_course_names_in_ops():
     """Needs `__getattr__ = course_getattr(__name__)` in needle/ops/__init__.py."""
-    assert ndl.ops.array_api is ndl.default_device().xp and ndl.ops.NDArray is ndl.NDArray
+    from needle.backend_ndarray import course_namespace
+
+    assert ndl.ops.array_api is course_namespace(ndl.default_device().xp)
+    assert ndl.ops.NDArray is ndl.NDArray
     with pytest.raises(AttributeError, match="'needle.ops' has no attribute 'nope'"):
         _ = ndl.ops.nope
 
