@@ -278,6 +278,7 @@ class Device(Layout):
                 f"from_dlpack: the {type(obj).__name__} is in {describe_dlpack_device(where)} "
                 f"memory, {self} holds {describe_dlpack_device(self.dlpack_device)} memory; "
                 "name the device it is on, or move it there first")
+        self._check_dlpack(obj)  # (needle's own errors: before the library's are translated)
         try:
             array = self._from_dlpack(obj)
         except (BufferError, RuntimeError, TypeError, ValueError) as e:
@@ -292,11 +293,15 @@ class Device(Layout):
             if isinstance(e, (BufferError, RuntimeError)):
                 raise ValueError(f"from_dlpack: {self} cannot take this "
                                  f"{type(obj).__name__} ({e})") from e
-            raise  # needle's own TypeError/ValueError (jax's range check)
+            raise
         if not has_dtype(array.dtype):
             raise TypeError(f"from_dlpack: dtype {dlpack_dtype_name(array)} is not "
                             f"supported on {self}")
         return array
+
+    def _check_dlpack(self, obj: Any) -> None:
+        """Raise where this device refuses `obj`'s data itself (jax without x64: integers
+        outside 32 bits); nothing here."""
 
     def _from_dlpack(self, obj: Any) -> Any:
         """The namespace's `from_dlpack` (called with the memory on this device)."""

@@ -127,10 +127,9 @@ class JaxDevice(Device):
         return draws
 
     # ----- conversion ------------------------------------------------------------------
-    def _from_dlpack(self, obj: Any) -> Any:
-        """jax's from_dlpack onto this device: zero-copy where XLA can use the buffer (host
-        memory aligned to 64 bytes), else a copy; 64-bit data becomes 32-bit while x64 is off
-        (host integers outside 32 bits: a ValueError, as `adopt_numpy`)."""
+    def _check_dlpack(self, obj: Any) -> None:
+        """While x64 is off, host integers outside 32 bits are a ValueError, as in
+        `adopt_numpy` (64-bit data becomes 32-bit)."""
         if not self.x64 and self.dlpack_device[0] == 1:  # host memory, seen by numpy as is
             try:
                 host = np.from_dlpack(obj)
@@ -138,6 +137,11 @@ class JaxDevice(Device):
                 host = None  # a dtype numpy lacks: no integers to check
             if host is not None:
                 self._check_narrowing(host)
+
+    def _from_dlpack(self, obj: Any) -> Any:
+        """jax's from_dlpack onto this device: zero-copy where XLA can use the buffer (host
+        memory aligned to 64 bytes), else a copy; 64-bit data becomes 32-bit while x64 is off
+        (`_check_dlpack` refused host integers outside 32 bits first)."""
         return self.xp.from_dlpack(obj, device=self._native)
 
     def owns(self, array: Any) -> bool:
