@@ -45,6 +45,11 @@ def collectives() -> None:
         ("shape", lambda: dist.allreduce(np.zeros(3 + r, dtype="float32"))),
         ("dtype", lambda: dist.allreduce(np.zeros(3, dtype="float32" if r else "float64"))),
         ("op", lambda: dist.allreduce(np.zeros(3)) if r else dist.broadcast(np.zeros(3))),
+        # a model with one more layer on rank 1: its extra broadcast hung rank 1 before
+        ("parameters", lambda: dist.distributed_optimizer(ndl.optim.SGD(
+            ndl.nn.Sequential(*[ndl.nn.Linear(4, 4) for _ in range(1 + r)]).parameters()))),
+        ("module", lambda: dist.broadcast_module(
+            ndl.nn.Sequential(*[ndl.nn.Linear(4, 4) for _ in range(1 + r)]))),
     ]:
         try:
             call()

@@ -23,8 +23,16 @@ from .mpi_buffers import dtype_of, may_overlap
 
 def broadcast_module(module: Module, root: int = 0) -> None:
     """Give every rank rank `root`'s parameters and buffers (in place)."""
-    for tensor in [*module.parameters(), *module.buffers()]:
+    tensors = [*module.parameters(), *module.buffers()]
+    check_same_tensors("broadcast_module", tensors)
+    for tensor in tensors:
         comm.broadcast(tensor, root=root)
+
+
+def check_same_tensors(what: str, tensors: list) -> None:
+    """A ValueError on every rank unless all ranks hold as many tensors, of the same shapes
+    and dtypes (one collective: the broadcasts after it would hang on a rank with more)."""
+    comm.check_agreement(what, tuple((tuple(t.shape), str(t.dtype)) for t in tensors))
 
 
 def average_buffers(module: Module) -> None:
@@ -168,6 +176,7 @@ def distributed_optimizer(optimizer: Optimizer, module: Module | None = None
     Every rank gets rank 0's parameters now (and `module`'s buffers, when given), so all
     ranks start identical whatever their seed. Call after `needle.distributed.init()`.
     """
+    check_same_tensors("distributed_optimizer", optimizer.params)
     wrapped = DistributedOptimizer(optimizer, module)
     if module is not None:
         broadcast_module(module)
