@@ -7,7 +7,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .call_hook import record_calls
-from .dlpack import describe_dlpack_device, dlpack_device_of, dlpack_dtype_name
+from .dlpack import DLPackExchange
 from .layout import Layout
 
 # dtype names the array API standard defines (plus float16 where a library has it)
@@ -18,7 +18,7 @@ DTYPE_NAMES = (
 # numpy dtype kinds that tensors hold: bool, signed and unsigned int, float, complex
 NUMERIC_KINDS = "biufc"
 
-class Device(Layout):
+class Device(Layout, DLPackExchange):
     """A place where arrays live: an array-API namespace plus a native device object.
 
     Subclasses set `kind` and implement `_load()` (returning the namespace and the native
@@ -249,63 +249,6 @@ class Device(Layout):
         for flag, (_, message) in zip(flags, pending):
             if flag:
                 raise ValueError(message())
-
-    # ----- DLPack: zero-copy exchange with other array libraries ----------------------------
-    @property
-    def dlpack_device(self) -> tuple[int, int]:
-        """(DLPack device type, index) of this device's memory: (1, 0) for host memory."""
-        if self._dlpack_device is None:
-            self._dlpack_device = dlpack_device_of(self.empty((1,)))
-        return self._dlpack_device
-
-    def to_dlpack(self, array: Any, **kwargs: Any) -> Any:
-        """`array.__dlpack__(**kwargs)`: a capsule sharing the array's memory."""
-        return array.__dlpack__(**kwargs)
-
-    def from_dlpack(self, obj: Any) -> Any:
-        """An array of this device sharing the memory of `obj` (anything with `__dlpack__`)
-        where its library can; ValueError when that memory is on another device."""
-        def has_dtype(spec: Any) -> bool:
-            try:
-                self.dtype(spec)
-            except TypeError:
-                return False
-            return True
-
-        where = dlpack_device_of(obj)
-        if where != self.dlpack_device:
-            raise ValueError(
-                f"from_dlpack: the {type(obj).__name__} is in {describe_dlpack_device(where)} "
-                f"memory, {self} holds {describe_dlpack_device(self.dlpack_device)} memory; "
-                "name the device it is on, or move it there first")
-        self._check_dlpack(obj)  # (needle's own errors: before the library's are translated)
-        try:
-            array = self._from_dlpack(obj)
-        except (BufferError, RuntimeError, TypeError, ValueError) as e:
-            # a dtype the library cannot read (numpy: RuntimeError "Unsupported dtype in
-            # DLTensor" for bfloat16 and 8-bit floats; a BufferError from an exporter) is
-            # the TypeError that the other devices give after the fact, named from the
-            # object's own `dtype`
-            name = dlpack_dtype_name(obj)
-            if name is not None and not has_dtype(name):
-                raise TypeError(f"from_dlpack: dtype {name} is not supported on "
-                                f"{self}") from None
-            if isinstance(e, (BufferError, RuntimeError)):
-                raise ValueError(f"from_dlpack: {self} cannot take this "
-                                 f"{type(obj).__name__} ({e})") from e
-            raise
-        if not has_dtype(array.dtype):
-            raise TypeError(f"from_dlpack: dtype {dlpack_dtype_name(array)} is not "
-                            f"supported on {self}")
-        return array
-
-    def _check_dlpack(self, obj: Any) -> None:
-        """Raise where this device refuses `obj`'s data itself (jax without x64: integers
-        outside 32 bits); nothing here."""
-
-    def _from_dlpack(self, obj: Any) -> Any:
-        """The namespace's `from_dlpack` (called with the memory on this device)."""
-        return self.xp.from_dlpack(obj)
 
     # ----- initialisers: float64 arithmetic on the host, then one cast, as the course ----------
     # (on the device, in float32 where it has no float64, the numbers would differ by a

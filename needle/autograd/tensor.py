@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-from math import prod as _prod
 from typing import Any
 
 from ..backend_ndarray import NDArray
-from ..backend_ndarray import unwrap as _unwrap
 from ..backends import Device, default_device
-from ..backends import device_of as _device_of
-from ..backends import is_device_array as _is_device_array
 from ..grad_mode import enable_grad, no_grad
 from . import graph as _graph
 from .engine import backward
 from .graph import Op, Value, mark_modified
+from .tensor_checks import array_operand, check_grad, check_out_grad
 
 
 class TensorOp(Op):
@@ -231,7 +228,7 @@ class Tensor(Value):
             if not isinstance(out_grad, Tensor):
                 out_grad = Tensor(out_grad, device=self.device, dtype=self.dtype,
                                   requires_grad=False)
-            self._check_out_grad(out_grad)
+            check_out_grad(self, out_grad)
         retain = create_graph if retain_graph is None else bool(retain_graph)
         if create_graph:  # recorded even under no_grad(), as PyTorch's create_graph=True is
             with enable_grad():
@@ -241,29 +238,8 @@ class Tensor(Value):
                 backward(self, out_grad._array, retain)
 
     def _check_grad(self, value: Any) -> None:
-        """Raise TypeError or ValueError, naming both sides, unless `value` is a Tensor of
-        this tensor's shape and device (PyTorch refuses other `.grad`s too; another float
-        dtype is allowed: the optimizers keep the parameter's)."""
-        if not isinstance(value, Tensor):
-            raise TypeError(f"grad: a tensor's gradient is a needle Tensor or None, got "
-                            f"{type(value).__name__}")
-        for what, mine, theirs in (("shape", self.shape, value.shape),
-                                   ("device", self.device, value.device)):
-            if mine != theirs:
-                raise ValueError(f"grad: assigned a gradient with {what} {theirs} to a tensor "
-                                 f"with {what} {mine}; a gradient has its tensor's {what}")
-
-    def _check_out_grad(self, out_grad: Tensor) -> None:
-        """Raise a ValueError naming both sides unless `out_grad` fits this tensor."""
-        if out_grad.device != self.device:
-            raise ValueError(f"backward: out_grad is on {out_grad.device}, the tensor is on "
-                             f"{self.device}; move it with .to()")
-        if out_grad.shape != self.shape:
-            raise ValueError(f"backward: out_grad has shape {out_grad.shape}, the tensor has "
-                             f"{self.shape}")
-        if out_grad.dtype != self.dtype:  # gradients keep their tensor's dtype
-            raise ValueError(f"backward: out_grad has dtype {out_grad.dtype}, the tensor has "
-                             f"{self.dtype}")
+        """Raise unless `value` can be this tensor's `.grad` (tensor_checks.check_grad)."""
+        check_grad(self, value, Tensor)
 
     def _wrap_adjoint(self, grad: Any) -> Tensor:
         return Tensor.make_const(grad, device=self.device)
@@ -292,22 +268,10 @@ class Tensor(Value):
     # arrays of more than one element (course code's `out_grad * (a > 0)`, `Z - max_Z`) are
     # constant Tensors of this tensor's device and dtype ----------------------------------
     def _array_operand(self, other: Any) -> Tensor | None:
-        """`other` as a constant Tensor where it is an array (a numpy array, an NDArray, this
-        device's array) of more than one element; None for numbers and one-element arrays,
-        which the scalar ops take. Host (numpy) data is copied over; another device's array
-        is a ValueError naming both."""
-        if other.__class__ in _NUMBERS:
-            return None
-        shape = getattr(other, "shape", None)
-        if shape is None or _prod(shape) == 1:
-            return None
-        raw = _unwrap(other)
-        where = _device_of(raw) if _is_device_array(raw) else self.device
-        if where != self.device and where.kind != "cpu":  # (numpy's: host data)
-            raise ValueError(f"an operand on {where} for a tensor on {self.device}: move it "
-                             "with .to() or the device's asarray")
-        return Tensor.make_const(self.device.asarray(raw, dtype=self._array.dtype),
-                                 device=self.device)
+        """`other` as a constant Tensor where it is an array of more than one element, else
+        None (tensor_checks.array_operand)."""
+        array = array_operand(self, other)
+        return None if array is None else Tensor.make_const(array, device=self.device)
 
     def __add__(self, other: Any) -> Tensor:
         if isinstance(other, Tensor):
@@ -422,11 +386,6 @@ class OneHotAdjoint(TensorTuple):
     `index`, zeros elsewhere. Tuple adjoints are added by picking `element`."""
 
     __slots__ = ("index", "element")
-
-
-
-
-_NUMBERS = (int, float, bool, complex)  # the scalar ops' operands, told apart at once
 
 
 def constant_like(like: Any, array: Any) -> Any:

@@ -1,0 +1,59 @@
+"""What a Tensor checks in what users hand it: a `.grad`, backward()'s `out_grad`, and an
+array given to its arithmetic operators (each a ValueError or TypeError naming both sides)."""
+
+from __future__ import annotations
+
+from math import prod
+from typing import Any
+
+from ..backend_ndarray import unwrap
+from ..backends import device_of, is_device_array
+
+NUMBERS = (int, float, bool, complex)  # the scalar ops' operands, told apart at once
+
+
+def check_grad(tensor: Any, value: Any, kind: type) -> None:
+    """Raise unless `value` is a `kind` (Tensor) of `tensor`'s shape and device (PyTorch
+    refuses other `.grad`s too; another float dtype is allowed: the optimizers keep the
+    parameter's)."""
+    if not isinstance(value, kind):
+        raise TypeError(f"grad: a tensor's gradient is a needle Tensor or None, got "
+                        f"{type(value).__name__}")
+    for what, mine, theirs in (("shape", tensor.shape, value.shape),
+                               ("device", tensor.device, value.device)):
+        if mine != theirs:
+            raise ValueError(f"grad: assigned a gradient with {what} {theirs} to a tensor "
+                             f"with {what} {mine}; a gradient has its tensor's {what}")
+
+
+def check_out_grad(tensor: Any, out_grad: Any) -> None:
+    """Raise a ValueError naming both sides unless `out_grad` fits `tensor` (its device,
+    shape and dtype: gradients keep their tensor's dtype)."""
+    if out_grad.device != tensor.device:
+        raise ValueError(f"backward: out_grad is on {out_grad.device}, the tensor is on "
+                         f"{tensor.device}; move it with .to()")
+    if out_grad.shape != tensor.shape:
+        raise ValueError(f"backward: out_grad has shape {out_grad.shape}, the tensor has "
+                         f"{tensor.shape}")
+    if out_grad.dtype != tensor.dtype:
+        raise ValueError(f"backward: out_grad has dtype {out_grad.dtype}, the tensor has "
+                         f"{tensor.dtype}")
+
+
+def array_operand(tensor: Any, other: Any) -> Any:
+    """`other` as an array of `tensor`'s device and dtype where it is an array (numpy's, an
+    NDArray, the device's) of more than one element; None for numbers and one-element
+    arrays, which the scalar ops take. Host data is copied over; another device's array is
+    a ValueError naming both."""
+    if other.__class__ in NUMBERS:
+        return None
+    shape = getattr(other, "shape", None)
+    if shape is None or prod(shape) == 1:
+        return None
+    raw = unwrap(other)
+    device = tensor.device
+    where = device_of(raw) if is_device_array(raw) else device
+    if where != device and where.kind != "cpu":  # (numpy's: host data)
+        raise ValueError(f"an operand on {where} for a tensor on {device}: move it with .to() "
+                         "or the device's asarray")
+    return device.asarray(raw, dtype=tensor._array.dtype)
