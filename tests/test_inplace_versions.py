@@ -120,3 +120,38 @@ def test_untouched_graph_backward_twice_is_fine(device):
     np.testing.assert_allclose(model.weight.grad.numpy(),
                                numpy_linear_grads(model.weight.numpy(), x.numpy()), rtol=1e-6)
 
+
+
+RESULT_READERS = {  # ops whose gradient reads their own output
+    "exp": lambda x: ndl.exp(x),
+    "tanh": lambda x: ndl.tanh(x),
+    "sigmoid": lambda x: ndl.sigmoid(x),
+    "logsoftmax": lambda x: ndl.logsoftmax(x.reshape((1, 4))),
+    "power": lambda x: ndl.power(ndl.exp(x.detach()), x),
+}
+
+
+@pytest.mark.parametrize("name", list(RESULT_READERS))
+@pytest.mark.parametrize("create_graph", [True, False])
+def test_replaced_output_read_by_its_own_gradient_raises(name, create_graph, device):
+    """The engine audit's case: y = exp(x); y.data = ...; y.sum().backward() gave x.grad 0.
+    Exp's gradient reads its output, which now holds the new data: an error, as a change
+    to an input is."""
+    x = ndl.Tensor(np.array([0.1, -0.2, 0.3, 0.4]), device=device, dtype="float32")
+    y = RESULT_READERS[name](x)
+    y.data = ndl.zeros(*y.shape, device=device, dtype="float32")
+    loss = y.sum()
+    with pytest.raises(RuntimeError, match=r"inplace operation: the output of \w+ .*"
+                                           r"\(by a \.data assignment\)"):
+        loss.backward(create_graph=create_graph)
+
+
+@pytest.mark.parametrize("create_graph", [True, False])
+def test_replaced_output_whose_gradient_ignores_it_differentiates(create_graph, device):
+    """A loss averaged in place (distributed training's `loss.data = allreduce(loss)`) and
+    then differentiated: the sum's and the product's gradients never read their output."""
+    x = ndl.Tensor(np.array([1.0, 2.0, 3.0]), device=device, dtype="float32")
+    loss = (x * x).sum()
+    loss.data = loss.data / 2.0
+    loss.backward(create_graph=create_graph)
+    np.testing.assert_allclose(x.grad.numpy(), [2.0, 4.0, 6.0], rtol=1e-6)

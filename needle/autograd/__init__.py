@@ -16,12 +16,12 @@ from .graph import (
     Value,
     array_function,
     array_of,
-    check_versions,
     find_topo_sort,
     live_values,
     mark_modified,
     replayed,
 )
+from .modified import check_versions
 from .tensor import OneHotAdjoint, Tensor, TensorOp, TensorTuple, TensorTupleOp, constant_like
 
 __all__ = [

@@ -16,7 +16,8 @@ from typing import Any
 
 from ..grad_mode import _grad_enabled
 from . import graph
-from .graph import Value, check_versions, find_topo_sort
+from .graph import Value, find_topo_sort
+from .modified import check_versions, raise_replaced
 
 _array, _requires_grad = attrgetter("_array"), attrgetter("requires_grad")
 
@@ -36,8 +37,11 @@ class ArrayNode:
 
     @property
     def result(self) -> Any:
-        """The op's output array."""
-        return self.node._array
+        """The op's output array (a RuntimeError once it was replaced, as `Value.result`)."""
+        node = self.node
+        if getattr(node, "_replaced", False):
+            raise_replaced(node)
+        return node._array
 
     @property
     def saved(self) -> Any:

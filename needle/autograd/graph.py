@@ -12,6 +12,7 @@ from ..backend_ndarray import unwrap as _raw
 from ..backend_ndarray import view as _course_view
 from ..backends import Device, device_of
 from ..grad_mode import _grad_enabled
+from .modified import raise_replaced
 
 # The version clock: counts in-place changes (optimizer steps, `.data` writes...) of any Value.
 # An op's output is stamped with the clock when made; a changed Value is stamped with the
@@ -91,7 +92,7 @@ class Value:
     # a weak reference to one (intermediate nodes), or an array left by a backward that
     # recorded no graph (wrapped when read).
     __slots__ = ("op", "inputs", "_array", "requires_grad", "device", "_grad",
-                 "_version", "saved", "_arrays", "__weakref__")
+                 "_version", "saved", "_arrays", "_replaced", "__weakref__")
     #: whether the walk running a rule keeps `saved` after it; a rule on a recorded graph
     #: never consumes saved values (an `ArrayNode` says False when the graph is not retained)
     retains = True
@@ -130,7 +131,10 @@ class Value:
 
     @property
     def result(self) -> Value:
-        """The node's output, for gradient rules (`out_grad * node.result`): the Value."""
+        """The node's output, for gradient rules (`out_grad * node.result`): the Value.
+        A RuntimeError once its data was replaced (`mark_modified` on a non-leaf)."""
+        if getattr(self, "_replaced", False):
+            raise_replaced(self)
         return self
 
     @property
@@ -289,29 +293,10 @@ def mark_modified(*values: Value) -> None:
         _VERSION_CLOCK += 1
         for value in values:
             value._version = _VERSION_CLOCK
+            if value.op is not None:  # an op's output: a rule reading it (`result`) raises
+                value._replaced = True
     if _TRACER is not None:
         _TRACER.modified(values)
-
-
-def check_versions(node: Value) -> None:
-    """Raise PyTorch's RuntimeError when an input of `node` changed after `node` was made
-    (the engine inlines the comparison and calls this to raise)."""
-    version = node._version
-    for i, inp in enumerate(node.inputs):
-        if inp._version > version:
-            data = inp._array
-            if isinstance(data, tuple):
-                what = "TensorTuple of shapes " + ", ".join(str(tuple(a.shape)) for a in data)
-            else:
-                what = (f"{type(inp).__name__} {inp.device.public_dtype(data.dtype)} "
-                        f"{tuple(data.shape)}")
-            raise RuntimeError(
-                "one of the variables needed for gradient computation has been modified by an "
-                f"inplace operation: [needle.{what}], input {i} of {type(node.op).__name__}, "
-                "was changed (by an optimizer step, a .data assignment, load_state_dict or "
-                "another in-place update) after the graph was built; call backward() before "
-                "changing it, or run the forward again"
-            )
 
 
 def _rebuild_value(cls: type, device: Device, host: Any, requires_grad: bool,
