@@ -109,10 +109,10 @@ class Value:
 
     def realize_cached_data(self) -> Any:
         """The course's accessor: the cached array as an NDArray view (`.numpy()`, `.shape`,
-        `.device`, ...) sharing the tensor's data."""
+        `.device`, ...) sharing the tensor's data; writes to it replace the data."""
         if _TRACER is not None:
             _TRACER.course_view(self)
-        return _course_view(self._array, self.device)
+        return _course_view(self)
 
     @property
     def cached_data(self) -> Any:
@@ -120,13 +120,17 @@ class Value:
         an NDArray or a device array replaces it."""
         if _TRACER is not None:
             _TRACER.course_view(self)  # raises while a step is captured
-        return _course_view(self._array, self.device)
+        return _course_view(self)
 
     @cached_data.setter
     def cached_data(self, data: Any) -> None:
+        self._write_array(_raw(data))
+
+    def _write_array(self, array: Any) -> None:
+        """`array` (this device's) replaces the data, as an in-place change."""
         if _TRACER is not None:
             _TRACER.course_view(self)
-        self._array = _raw(data)
+        self._array = array
         mark_modified(self)  # a graph built on this value would now read the new data
 
     @property

@@ -1,38 +1,12 @@
-"""Course-compatibility names: `import needle.backend_ndarray as nd` as in the course's hw3/hw4.
-
-- `NDArray`: the course's NDArray surface over a device's array. `tensor.cached_data` and
-  `tensor.realize_cached_data()` give NDArray views of a tensor's data (`numpy()`, `shape`,
-  `device`, `reshape`, `pad`, ...), while the framework itself keeps working on the raw
-  arrays (`Value._array`). `isinstance(x, NDArray)` holds for views and for the raw arrays of
-  every needle device (numpy on cpu, cupy on cuda, array-api-strict on strict, torch and jax
-  arrays). `NDArray(a, device=None)` is the course's constructor: a float32 copy on `device`.
-- `array(a, dtype="float32", device=None)`: a new NDArray, `device.asarray(a, dtype=dtype)`
-  on `device` (the default device when None).
-- `cpu()`, `cpu_numpy()`, `cuda()`, `default_device()`: needle's device factories.
-- `array_api`: the default device's array-API namespace (numpy's on cpu), whose reductions
-  also take their axis positionally, as the course's (`CourseNamespace`).
-
-Out of scope by design: the course's hand-written strided NDArray (`strides`, `offset`,
-`as_strided`, `make`, in-place writes, the C++/CUDA kernels behind them). The array library is
-the backend: NDArray's methods are the ops' own array code, and ops compute on raw arrays
-with the namespace's functions, reached through `array_api` or a device's `xp`.
-
-`array_api` resolves on first use (PEP 562), so importing needle probes no device; the same
-lazy names are given to `needle`, `needle.autograd` and `needle.ops` by `course_getattr`.
-"""
+"""The course's NDArray over a needle device's array: views of tensors' data that read
+like the course's arrays and write through to the tensor (see the package docstring)."""
 
 from __future__ import annotations
 
 import math
 from typing import Any, Callable
 
-from .backends import Device, cpu, cpu_numpy, cuda, default_device, device_of, is_device_array
-
-# array_api is given by __getattr__ below
-__all__ = ["array_api", "NDArray", "array", "cpu", "cpu_numpy", "cuda",  # noqa: F822
-           "default_device"]
-
-COURSE_NAMES = ("array_api", "NDArray")
+from ..backends import Device, default_device, device_of, is_device_array
 
 
 class _AnyDeviceArray(type):
@@ -69,27 +43,39 @@ class NDArray(metaclass=_AnyDeviceArray):
     the tensor's array (no copy) and give course code `numpy()`, `shape`, `dtype`, `device`,
     `reshape`, `permute`, `broadcast_to`, `flip`, `pad`, `compact()`, indexing (an int keeps
     its axis, as in the course), arithmetic, comparisons (1.0 / 0.0 results), `sum`, `max`,
-    `exp`, `log`, `tanh` and `maximum`, each giving a new NDArray. They are read-only:
-    change a tensor through `tensor.data = ...` or ops. The framework itself works on the
-    raw arrays. `isinstance(x, NDArray)` also holds for any device's raw array.
+    `exp`, `log`, `tanh` and `maximum`, each giving a new NDArray. Writes (`a[i] = v`,
+    `a.fill(v)`, the course's gradient checks' `a.flat[j] += eps`) go through to the tensor,
+    as the course's: its data is replaced by the updated copy and marked modified (so views
+    taken before keep the old data). Views made by `reshape`, `flat`, indexing and `permute`
+    write through to the array they came from; `broadcast_to` views and a TensorTuple's
+    parts are read-only. The framework itself works on the raw arrays. `isinstance(x,
+    NDArray)` also holds for any device's raw array.
 
     `NDArray(a, device=None)` is the course's constructor: a float32 copy of `a` (a list, a
     numpy array, an NDArray or any device's array) on `device` (by default `a`'s device for
     NDArrays and device arrays, else the default device).
     """
 
-    __slots__ = ("_array", "device")
+    # a view made from another array (`_parent`: an NDArray, or the Value whose data it
+    # shows) writes through to it: `_link(parent's array, new)` is the parent's new array,
+    # and `_src` the parent's array this view was made from (any other means a stale view)
+    __slots__ = ("_array", "device", "_parent", "_src", "_link")
 
     def __init__(self, other: Any, device: Device | None = None):
         made = array(other, dtype="float32", device=device)
-        self._array, self.device = made._array, made.device
+        self._array, self.device, self._parent, self._link = made._array, made.device, None, None
 
     @classmethod
-    def view(cls, data: Any, device: Device) -> NDArray:
-        """An NDArray over `device`'s raw array `data` itself (no copy)."""
+    def view(cls, data: Any, device: Device, parent: Any = None,
+             link: Callable[[Any, Any], Any] | None = None) -> NDArray:
+        """An NDArray over `device`'s raw array `data` itself (no copy); a write to it goes
+        to `parent`'s array through `link` (None: it is its own array; READ_ONLY)."""
         out = object.__new__(cls)
         out._array = data
         out.device = device
+        out._parent = parent
+        out._src = None if parent is None else parent._array
+        out._link = link
         return out
 
     # ----- what the array is --------------------------------------------------------------
@@ -161,46 +147,105 @@ class NDArray(metaclass=_AnyDeviceArray):
     # ----- movement: the ops' own array code, so every device behaves alike ---------------
     def reshape(self, new_shape: tuple[int, ...]) -> NDArray:
         """The same elements in a new shape."""
-        from .ops.movement import Reshape
+        from ..ops.movement import Reshape
 
-        return NDArray.view(Reshape(new_shape).compute(self._array), self.device)
+        shape = self.shape
+        return NDArray.view(Reshape(new_shape).compute(self._array), self.device, self,
+                            lambda _, new: Reshape(shape).compute(new))
+
+    @property
+    def flat(self) -> NDArray:
+        """A 1-d view of the elements (writes go through: `a.flat[j] += eps`)."""
+        return self.reshape((self.size,))
 
     def permute(self, new_axes: tuple[int, ...]) -> NDArray:
         """All axes reordered: axis i of the result is axis `new_axes[i]`."""
-        from .ops.movement import Permute
+        from ..ops.movement import Permute
 
-        return NDArray.view(Permute(new_axes).compute(self._array), self.device)
+        back = tuple(sorted(range(len(new_axes)), key=lambda i: new_axes[i]))
+        return NDArray.view(Permute(new_axes).compute(self._array), self.device, self,
+                            lambda _, new: Permute(back).compute(new))
 
     def broadcast_to(self, new_shape: tuple[int, ...]) -> NDArray:
         """Broadcast to `new_shape` by numpy's rules."""
-        from .ops.movement import BroadcastTo
+        from ..ops.movement import BroadcastTo
 
-        return NDArray.view(BroadcastTo(new_shape).compute(self._array), self.device)
+        return NDArray.view(BroadcastTo(new_shape).compute(self._array), self.device, self,
+                            READ_ONLY)
 
     def flip(self, axes: Any) -> NDArray:
         """Reversed along `axes` (an int or a tuple)."""
-        from .ops.movement import Flip
+        from ..ops.movement import Flip
 
         return NDArray.view(Flip(axes).compute(self._array), self.device)
 
     def pad(self, axes: tuple[tuple[int, int], ...]) -> NDArray:
         """Zero-padded by one (before, after) pair per axis."""
-        from .ops.im2col import Pad
+        from ..ops.im2col import Pad
 
         return NDArray.view(Pad(axes).compute(self._array), self.device)
 
     def __getitem__(self, idxs: Any) -> NDArray:
         """Ints, slices and one Ellipsis (missing axes are taken whole); an int keeps its
         axis with length 1, as the course's NDArray does."""
-        from .ops.movement import GetItem, normalize_index
+        from ..ops.movement import GetItem
 
-        index = tuple(slice(i, i + 1) if isinstance(i, int) else i
-                      for i in normalize_index(idxs, self.shape))
-        return NDArray.view(GetItem(index).compute(self._array), self.device)
+        index = self._index(idxs)
+        return NDArray.view(GetItem(index).compute(self._array), self.device, self,
+                            lambda a, new: self._written(a, index, new))
 
     def __setitem__(self, idxs: Any, other: Any) -> None:
-        raise TypeError("NDArray views of needle data are read-only: change a tensor with "
-                        "`tensor.data = ...` or with ops")
+        """Write `other` (an NDArray, a device array or a number) at `idxs`."""
+        value = unwrap(other)
+        if is_device_array(value):
+            if device_of(value) != self.device:
+                raise ValueError(f"NDArray write: the value is on {device_of(value)}, the "
+                                 f"array on {self.device}; move it with .to()")
+        else:
+            value = self.device.asarray(value, dtype=self._array.dtype)
+        self._assign(self._written(self._array, self._index(idxs), value))
+
+    def fill(self, value: Any) -> None:
+        """Set every element to the number `value`."""
+        self._assign(self.device.full(self._array.shape, value, dtype=self._array.dtype))
+
+    def _index(self, idxs: Any) -> tuple:
+        from ..ops.movement import normalize_index
+
+        return tuple(slice(i, i + 1) if isinstance(i, int) else i
+                     for i in normalize_index(idxs, self.shape))
+
+    def _written(self, a: Any, index: tuple, value: Any) -> Any:
+        """A copy of array `a` with `value` written at `index` (only slices)."""
+        from ..ops.movement import forward_steps, write_at
+
+        xp = self.device.xp
+        index, flips = forward_steps(index, tuple(a.shape))
+        picked = tuple(len(range(*i.indices(n))) for i, n in zip(index, a.shape))
+        value = xp.broadcast_to(xp.astype(value, a.dtype), picked + tuple(a.shape[len(index):]))
+        if flips:
+            value = xp.flip(value, axis=flips)
+        return write_at(xp, xp.asarray(a, copy=True), index, value)
+
+    def _assign(self, new: Any) -> None:
+        """`new` becomes this view's array and, through `_link`, its parent's."""
+        parent, link = self._parent, self._link
+        if link is READ_ONLY:
+            raise TypeError("this NDArray is read-only (a broadcast_to view or a part of a "
+                            "TensorTuple): write to the array it came from")
+        if parent is not None:
+            current = parent._array
+            if current is not self._src:
+                raise RuntimeError(
+                    "this NDArray view is stale: the array it was made from has changed "
+                    "since (another view's write, a .data assignment, an optimizer step); "
+                    "take a new view (tensor.realize_cached_data()) and write to that")
+            if link is None:
+                parent._write_array(new)  # a Value's data: marked modified
+            else:
+                parent._assign(link(current, new))
+            self._src = parent._array
+        self._array = new
 
     # ----- arithmetic: the library's operators on the raw arrays ----------------------------
     __add__ = __radd__ = _binary(lambda a, b: a + b)
@@ -257,14 +302,18 @@ def _rebuild(device: Device, host: Any) -> NDArray:
     return NDArray.view(device.adopt_numpy(host), device)
 
 
-def view(data: Any, device: Device) -> Any:
-    """Course code's view of a Value's cached data: an NDArray, a tuple of them for a
-    TensorTuple (None for None)."""
+READ_ONLY = object()  # an NDArray's `_link` when writes to it cannot reach its parent
+
+
+def view(value: Any) -> Any:
+    """Course code's view of a Value's cached data: an NDArray writing through to the Value,
+    a tuple of read-only ones for a TensorTuple, None for None."""
+    data = value._array
     if data is None:
         return None
     if data.__class__ is tuple:
-        return tuple(NDArray.view(d, device) for d in data)
-    return NDArray.view(data, device)
+        return tuple(NDArray.view(d, value.device, None, READ_ONLY) for d in data)
+    return NDArray.view(data, value.device, value)
 
 
 def unwrap(data: Any) -> Any:
@@ -290,73 +339,14 @@ def array(a: Any, dtype: Any = "float32", device: Device | None = None) -> NDArr
     return NDArray.view(device.asarray(a, dtype=dtype), device)
 
 
-class CourseNamespace:
-    """A device's array-API namespace as the course's `array_api`: every name is the
-    namespace's own, and the reductions also take their axis positionally
-    (`array_api.max(Z, self.axes, keepdims=True)`, as numpy and the course's NDArray module
-    do; the standard makes it keyword-only)."""
-
-    def __init__(self, xp: Any):
-        self.xp = xp
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.xp, name)
-
-    def __repr__(self) -> str:
-        return f"CourseNamespace({getattr(self.xp, '__name__', type(self.xp).__name__)})"
-
-    def sum(self, x: Any, axis: Any = None, keepdims: bool = False, **kw: Any) -> Any:
-        """Sum over `axis` (None: all)."""
-        return self.xp.sum(x, axis=_axis(axis), keepdims=keepdims, **kw)
-
-    def max(self, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
-        """Maximum over `axis` (None: all)."""
-        return self.xp.max(x, axis=_axis(axis), keepdims=keepdims)
-
-    def min(self, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
-        """Minimum over `axis` (None: all)."""
-        return self.xp.min(x, axis=_axis(axis), keepdims=keepdims)
-
-    def mean(self, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
-        """Mean over `axis` (None: all)."""
-        return self.xp.mean(x, axis=_axis(axis), keepdims=keepdims)
-
-    def prod(self, x: Any, axis: Any = None, keepdims: bool = False, **kw: Any) -> Any:
-        """Product over `axis` (None: all)."""
-        return self.xp.prod(x, axis=_axis(axis), keepdims=keepdims, **kw)
+def empty(shape: tuple[int, ...], dtype: Any = "float32", device: Device | None = None) -> NDArray:
+    """A new NDArray of `shape` (zero-filled) on `device` (the default device when None)."""
+    device = default_device() if device is None else device
+    return NDArray.view(device.empty(shape, dtype=dtype), device)
 
 
-def _axis(axis: Any) -> Any:
-    """An axis as the standard takes it: a list becomes a tuple."""
-    return tuple(axis) if isinstance(axis, list) else axis
-
-
-_COURSE_NAMESPACES: dict[int, CourseNamespace] = {}  # id(xp) -> its course namespace
-
-
-def course_namespace(xp: Any) -> CourseNamespace:
-    """The one CourseNamespace of namespace `xp`."""
-    found = _COURSE_NAMESPACES.get(id(xp))
-    if found is None or found.xp is not xp:
-        found = _COURSE_NAMESPACES[id(xp)] = CourseNamespace(xp)
-    return found
-
-
-def _resolve(name: str) -> Any:
-    if name == "array_api":
-        return course_namespace(default_device().xp)
-    return NDArray
-
-
-def course_getattr(module: str) -> Callable[[str], Any]:
-    """A module `__getattr__` for `module` that gives `array_api` and `NDArray` on first use."""
-
-    def __getattr__(name: str) -> Any:
-        if name in COURSE_NAMES:
-            return _resolve(name)
-        raise AttributeError(f"module {module!r} has no attribute {name!r}")
-
-    return __getattr__
-
-
-__getattr__ = course_getattr(__name__)
+def full(shape: tuple[int, ...], fill_value: Any, dtype: Any = "float32",
+         device: Device | None = None) -> NDArray:
+    """A new NDArray of `shape` holding `fill_value` on `device` (the default when None)."""
+    device = default_device() if device is None else device
+    return NDArray.view(device.full(shape, fill_value, dtype=dtype), device)
