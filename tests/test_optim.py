@@ -79,6 +79,28 @@ def test_adam_matches_numpy(wd, device):
         np.testing.assert_allclose(p.numpy(), ref, rtol=1e-12, atol=1e-14)
 
 
+def test_the_courses_state_dicts_u_m_v(device):
+    """Course code reads `opt.u[p]` (SGD) and `opt.m[p]`, `opt.v[p]` (Adam): the state as
+    {parameter: Tensor}, here checked against the course's recurrences by hand."""
+    params = params_on(device)
+    sgd, adam = optim.SGD(params, lr=0.0, momentum=0.9), optim.Adam(params, lr=0.0)
+    assert sgd.u == {} and adam.m == {} and adam.v == {}
+    run(sgd, params, device, steps=3)
+    run(adam, params, device, steps=3)
+    for k, p in enumerate(params):
+        u = m = v = 0.0
+        for t in range(3):
+            g = grads_for(t)[k]
+            u, m, v = 0.9 * u + 0.1 * g, 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g**2
+        for got, want in [(sgd.u[p], u), (adam.m[p], m), (adam.v[p], v)]:
+            assert isinstance(got, ndl.Tensor) and got.device == device
+            np.testing.assert_allclose(got.numpy(), want, rtol=1e-12)
+    assert list(sgd.u) == params
+    assert optim.SGD(params, lr=0.1).u == {}  # no momentum, no state (as PyTorch)
+    with pytest.raises(AttributeError, match="'SGD' object has no attribute 'm'"):
+        sgd.m
+
+
 @pytest.mark.parametrize("make", [lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9),
                                   lambda ps: optim.Adam(ps, lr=0.1)], ids=["sgd", "adam"])
 def test_step_keeps_dtype_identity_and_grad_and_records_no_graph(make, device):

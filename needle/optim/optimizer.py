@@ -116,6 +116,15 @@ class Optimizer:
                 value = float(value)  # numpy's scalars too (a schedule's np.cos)
         object.__setattr__(self, name, value)
 
+    def __getattr__(self, name: str) -> Any:
+        """The course's per-parameter state dicts, `opt.u` (SGD) and `opt.m`, `opt.v`
+        (Adam): {parameter: Tensor} for the parameters that have the entry (SGD keeps no
+        `u` at momentum 0, as PyTorch), a snapshot whose Tensors share the state's arrays."""
+        if name in type(self).state_names and "state" in self.__dict__:
+            return {self.params[i]: Tensor.make_const(entry[name], device=self.params[i].device)
+                    for i, entry in sorted(self.state.items()) if name in entry}
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     def _check(self, name: str, value: Any) -> float:
         """Validate one hyperparameter (subclasses define the ranges)."""
         return check_range(type(self).__name__, name, value, 0.0)
