@@ -783,7 +783,8 @@ def test_plot_writes_a_png(fast, tmp_path):
 @pytest.mark.parametrize("argv, message", [
     (["--plot-every-epoch"], "--plot-every-epoch needs --plot FILE"),
     (["--plot", "{tmp}/curves.jpg"], "--plot {tmp}/curves.jpg: name a .png, .svg or .pdf file"),
-    (["--plot", "{tmp}/no/curves.png"], "cannot write there: {tmp}/no is not a folder"),
+    (["--plot", "{tmp}/no/curves.png"], "cannot write there: {tmp}/no does not exist"),
+    (["--log-csv", __file__ + "/x.csv"], f"cannot write there: {__file__} is not a folder"),
     (["--log-csv", "{tmp}"], "--log-csv {tmp}: is a folder; name a file"),
 ])
 def test_curve_options_usage_errors(argv, message, fast, tmp_path, capsys):

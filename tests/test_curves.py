@@ -118,7 +118,8 @@ def test_needle_plot_draws_a_log(tmp_path, matplotlib, capsys):
     ("epoch,loss\n", ["{tmp}/log.csv"], "is not a needle-train log"),
     (CSV.splitlines()[0] + "\n", ["{tmp}/log.csv"], "has no epochs to draw"),
     (CSV, ["{tmp}/log.csv", "-o", "{tmp}/log.jpg"], "name a .png, .svg or .pdf file"),
-    (CSV, ["{tmp}/log.csv", "-o", "{tmp}/no/log.png"], "{tmp}/no is not a folder"),
+    (CSV, ["{tmp}/log.csv", "-o", "{tmp}/no/log.png"], "{tmp}/no does not exist"),
+    (CSV, ["{tmp}/log.csv", "-o", "{tmp}/log.csv/log.png"], "{tmp}/log.csv is not a folder"),
     (CSV.encode() + b"\xff", ["{tmp}/log.csv"], "{tmp}/log.csv is not a needle-train log: it "
                                                 "is not UTF-8 text (byte 0xff at offset "),
 ])

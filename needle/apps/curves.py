@@ -78,7 +78,8 @@ def _check_folder(parser: argparse.ArgumentParser, flag: str, path: Path) -> Non
     if path.is_dir():
         parser.error(f"{flag} {path}: is a folder; name a file")
     if not path.parent.is_dir():
-        parser.error(f"{flag} {path}: cannot write there: {path.parent} is not a folder")
+        what = "is not a folder" if path.parent.exists() else "does not exist"
+        parser.error(f"{flag} {path}: cannot write there: {path.parent} {what}")
     try:
         with tempfile.TemporaryFile(dir=path.parent):
             pass

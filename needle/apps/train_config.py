@@ -92,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
              "PTB: a folder with train.txt and test.txt (default: the built-in split)")
     add("--download", action="store_true",
         help="CIFAR-10: fetch the python version (md5-checked) into --data-dir, else "
-             "~/.cache/needle, unless it is there already (default: off)")
+             "$XDG_CACHE_HOME/needle or ~/.cache/needle, unless it is there already "
+             "(default: off)")
     add("--epochs", type=int, help="training epochs in all (default: "
                                    f"{_defaults_text('epochs')})")
     add("--batch-size", type=int, help=f"batch size (default: {_defaults_text('batch_size')})")
