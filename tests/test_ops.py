@@ -544,6 +544,22 @@ def test_sigmoid_does_not_overflow(device):
     np.testing.assert_allclose(ndl.sigmoid(x).numpy(), [0.0, 0.5, 1.0])
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_sigmoid_keeps_its_relative_accuracy_in_the_negative_tail(dtype, device):
+    """(1 + tanh(x/2)) / 2 gave 0 for x < -17 in float32 (and x < -37 in float64), and so
+    log(sigmoid(x)) = -inf and a zero gradient; PyTorch keeps the tail."""
+    x = np.array([-100.0, -40.0, -20.0, -10.0, -1.0, 0.0, 1.0, 10.0, 30.0])
+    a = ndl.Tensor(x, device=device, dtype=dtype)
+    y = ndl.sigmoid(a)
+    y.sum().backward()
+    want = 1 / (1 + np.exp(-x))  # float64 on the host
+    keep = want > np.finfo(dtype).tiny  # (float32 flushes sigmoid(-100) = 3.7e-44 to 0)
+    rtol = 4 * np.finfo(dtype).eps
+    np.testing.assert_allclose(y.numpy()[keep], want[keep], rtol=rtol)
+    tail = keep & (x <= 1)  # s (1 - s) from the output, as PyTorch: 1 - s rounds for x >> 0
+    np.testing.assert_allclose(a.grad.numpy()[tail], (want * (1 - want))[tail], rtol=rtol)
+
+
 def test_float32_stays_float32(device):
     x = ndl.Tensor(np.ones((2, 3)), device=device, dtype="float32")
     for y in (x + 1.5, x * 2, x / 3, x**2, -x, ndl.exp(x), x.sum(), ndl.logsumexp(x, 1),

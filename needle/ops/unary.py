@@ -107,11 +107,20 @@ def _sigmoid_formula(x):
     return (namespace(x).tanh(x * 0.5) + 1) * 0.5
 
 
+def _sigmoid_exact(x):
+    """1 / (1 + e^-x) as (1 or e) / (1 + e) with e = e^-|x|: never overflows, and keeps its
+    relative accuracy in the negative tail (the tanh form rounds sigmoid(-20) to 0 in float32)."""
+    xp = namespace(x)
+    e = xp.exp(-xp.abs(x))
+    return xp.where(x >= 0, xp.ones_like(e), e) / (1 + e)
+
+
 class Sigmoid(TensorOp):
-    """1 / (1 + e^-a), computed as (1 + tanh(a/2)) / 2 so it never overflows."""
+    """1 / (1 + e^-a), computed from e^-|a| so it never overflows and stays accurate in the
+    negative tail."""
 
     def compute(self, a):
-        return floating_only("sigmoid", _sigmoid_formula, a)
+        return floating_only("sigmoid", _sigmoid_exact, a)
 
     def gradient(self, out_grad, node):
         y = node.result
