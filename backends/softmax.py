@@ -31,7 +31,8 @@ def _causal_addend(rows: int, cols: int, dtype: np.dtype) -> np.ndarray:
     addend = _ADDENDS.get(key)
     if addend is None:
         later = np.arange(cols)[None, :] > np.arange(cols - rows, cols)[:, None]
-        addend = _ADDENDS[key] = later.astype(dtype) * NEG_MAX
+        # (float16: its lowest finite number, as a mask of -inf has NaN = 0 * -inf entries)
+        addend = _ADDENDS[key] = later.astype(dtype) * max(NEG_MAX, -float(np.finfo(dtype).max))
         addend.flags.writeable = False
     return addend
 

@@ -125,6 +125,30 @@ def test_softmax_matches_numpy(temperature, causal, device):
         assert (out.numpy()[..., np.triu_indices(5, 1)[0], np.triu_indices(5, 1)[1]] == 0).all()
 
 
+def test_causal_softmax_and_attention_in_float16(device):
+    """The mask's 0 * float16(-3.4e38) = 0 * -inf made every causal softmax NaN in float16 on
+    cpu and jax (torch multiplies in float32): the mask is now the dtype's lowest finite
+    number where float32's max is beyond it."""
+    try:
+        device.dtype("float16")
+    except TypeError:
+        pytest.skip(f"{device} has no float16")
+    z = np.random.default_rng(1).standard_normal((2, 3, 5)).astype(np.float16)
+    x = ndl.Tensor(z, device=device, dtype="float16")
+    out = ndl.ops.softmax(x, 1.0, True)
+    np.testing.assert_allclose(out.numpy(), np_softmax(z.astype(np.float32), 1.0, True),
+                               atol=2e-3)
+    (out * ndl.Tensor(z, device=device, dtype="float16")).sum().backward()
+    assert np.isfinite(x.grad.numpy()).all()
+    mask = nn.MultiHeadAttention(causal=True, device=device).create_causal_mask(
+        3, 5, device, "float16")
+    assert mask.dtype == "float16" and np.isfinite(mask.numpy()).all()
+    np.random.seed(0)
+    layer = nn.AttentionLayer(8, 2, 4, causal=True, device=device, dtype="float16")
+    y = layer(ndl.Tensor(np.random.randn(2, 5, 8), device=device, dtype="float16"))
+    assert y.dtype == "float16" and np.isfinite(y.numpy()).all()
+
+
 @pytest.mark.parametrize("big", BIG)
 def test_softmax_of_huge_and_fully_masked_float32_logits(big, device):
     z = logits32(big)

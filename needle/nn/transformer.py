@@ -17,7 +17,7 @@ from ..autograd import Tensor
 from ..autograd.graph import array_function
 from ..backends import Device
 from ..ops.affine_norm import LAYER_NORM
-from ..ops.softmax import NEG_MAX as _NEG_MAX  # the course's -np.finfo(np.float32).max
+from ..ops.softmax import mask_value  # the course's -np.finfo(np.float32).max, within the dtype
 from .embedding import Embedding
 from .layers import Dropout, Linear, ReLU, Sequential
 from .module import Module, check_size
@@ -64,7 +64,7 @@ class MultiHeadAttention(Module):
         at = device.native
         dtype = getattr(xp, dtype) if isinstance(dtype, str) else dtype
         later = xp.arange(j, device=at)[None, :] > xp.arange(j - i, j, device=at)[:, None]
-        mask = xp.astype(later, dtype) * _NEG_MAX
+        mask = xp.astype(later, dtype) * mask_value(xp, dtype)
         return Tensor.make_const(xp.reshape(mask, (1, 1, i, j)), device=device)
 
     def matmul(self, a: Tensor, b_transpose: Tensor) -> Tensor:

@@ -29,7 +29,13 @@ def _causal(xp, z):
     ordinary logit away)."""
     i, j = z.shape[-2], z.shape[-1]
     later = xp.arange(j, device=z.device)[None, :] > xp.arange(j - i, j, device=z.device)[:, None]
-    return z + xp.astype(later, z.dtype) * NEG_MAX
+    return z + xp.astype(later, z.dtype) * mask_value(xp, z.dtype)
+
+
+def mask_value(xp: Any, dtype: Any) -> float:
+    """NEG_MAX, or the dtype's lowest finite number where NEG_MAX is beyond it (float16:
+    -65504): a mask of -inf would make its 0 entries 0 * -inf = NaN."""
+    return max(NEG_MAX, -float(xp.finfo(dtype).max))
 
 
 def softmax_portable(a: Any, temperature: float, causal: bool) -> Any:
