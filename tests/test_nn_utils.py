@@ -84,3 +84,18 @@ def test_optimizer_steps_with_the_clipped_gradient(device):
     clip_grad_norm_([p], 5.0)
     ndl.optim.SGD([p], lr=0.1).step()
     np.testing.assert_allclose(p.numpy(), [1 - 0.1 * 3, 1 - 0.1 * 4], rtol=1e-5)
+
+
+def test_clip_grad_norm_of_float16_gradients(device):
+    """The norm of float16 gradients was taken in float16: 1000 entries of 10 gave inf, and
+    every gradient was multiplied by 0 (PyTorch: 316.2, each 10 scaled to 0.0316)."""
+    try:
+        device.dtype("float16")
+    except TypeError:
+        pytest.skip(f"{device} has no float16")
+    p = Parameter(tensor(np.zeros(1000), device, "float16"))
+    p.grad = tensor(np.full(1000, 10.0), device, "float16", requires_grad=False)
+    total = clip_grad_norm_([p], 1.0)
+    np.testing.assert_allclose(float(total.numpy()), np.sqrt(1000) * 10, rtol=1e-6)
+    assert p.grad.dtype == "float16"
+    np.testing.assert_allclose(p.grad.numpy(), 10 / (np.sqrt(1000) * 10), rtol=1e-3)

@@ -37,7 +37,10 @@ def clip_grad_norm_(parameters: Tensor | Iterable[Tensor], max_norm: float,
     for param in params:
         grad = param.grad
         xp = grad.device.xp
-        norm = _norm(xp, grad._realize(), p)
+        g = grad._realize()
+        if xp.finfo(g.dtype).bits < 32:  # float16: its sum of squares overflows at 65504
+            g = xp.astype(g, xp.float32)
+        norm = _norm(xp, g, p)
         by_device.setdefault(grad.device, []).append(xp.astype(norm, xp.float64))
     totals = {d: _norm(d.xp, d.xp.stack(ns), p) for d, ns in by_device.items()}
     if len(totals) > 1:  # across devices: the per-device norms meet on the host

@@ -30,11 +30,20 @@ def _mean(xp, x, axes):
     return xp.sum(x, axis=axes, keepdims=True) / count
 
 
+def _half(xp, x) -> bool:
+    """Whether x is float16, whose statistics are computed in float32 (as PyTorch's): a sum
+    of float16 overflows past 65504 (a mean of 10s over 8192 rows gave NaN)."""
+    return getattr(xp, "float16", None) is not None and x.dtype == xp.float16
+
+
 def _stats(xp, x, axes, eps):
     """(y, s, mean, var): the standardised x, the inverse standard deviation, the mean and
     the biased variance (all keepdims). In the course's order of float32 operations (its
     LayerNorm1d and BatchNorm1d): mean = sum / n, var = sum((x - mean)^2) / n,
-    y = (x - mean) / (var + eps)^(1/2), so float32 goldens hold."""
+    y = (x - mean) / (var + eps)^(1/2), so float32 goldens hold. float16 in float32."""
+    if _half(xp, x):
+        return tuple(xp.astype(a, x.dtype) for a in _stats(xp, xp.astype(x, xp.float32),
+                                                           axes, eps))
     mean = _mean(xp, x, axes)
     centered = x - mean
     var = _mean(xp, centered * centered, axes)
@@ -67,6 +76,9 @@ def normalize_grad_portable(g: Any, y: Any, s: Any, axes: tuple[int, ...]) -> An
         g2, y2 = as_rows(xp, g, c), as_rows(xp, y, c)
         return from_rows(xp, normalize_grad_portable(g2, y2, xp.reshape(s, (1, c)), (0,)),
                          tuple(g.shape))
+    if _half(xp, g):  # in float32, as the forward (`_stats`)
+        wide = normalize_grad_portable(*(xp.astype(a, xp.float32) for a in (g, y, s)), axes)
+        return xp.astype(wide, g.dtype)
     return s * (g - _mean(xp, g, axes) - y * _mean(xp, g * y, axes))
 
 
