@@ -487,3 +487,26 @@ def test_norm_statistics_of_float16_are_taken_in_float32(device):
         # d sum(y^2) / dx = 2 s P y = 0: y is orthogonal to P's complement
         np.testing.assert_allclose(x.grad.numpy(), np.zeros_like(h), atol=2e-2)
 
+
+
+def test_batch_norm_refuses_eps_0_in_training(device):
+    """A constant channel with eps 0 is 0/0: torch's kernel gave the bias, the other devices
+    NaN. PyTorch refuses it ("eps must be positive during training"); eval mode is fine."""
+    bn = nn.BatchNorm1d(2, eps=0.0, device=device)
+    x = ndl.Tensor(np.ones((4, 2)), device=device, dtype="float32")
+    with pytest.raises(ValueError, match="batch_norm: eps must be positive in training, got 0"):
+        bn(x)
+    bn.eval()
+    np.testing.assert_allclose(bn(x).numpy(), np.ones((4, 2)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["normalize", "batch_norm", "dropout"])
+def test_norms_and_dropout_refuse_integer_input(name, device):
+    """They gave float64 on cpu and jax, float32 on torch and a raw TypeError on strict."""
+    t = ndl.Tensor(np.arange(6).reshape(2, 3), device=device, dtype="int32")
+    ones, zeros = (ndl.Tensor(np.full(3, v), device=device, dtype="int32") for v in (1, 0))
+    call = {"normalize": lambda: ndl.ops.normalize(t, (1,)),
+            "batch_norm": lambda: ndl.ops.batch_norm(t, ones, zeros),
+            "dropout": lambda: nn.Dropout(0.5)(t)}[name]
+    with pytest.raises(TypeError, match=f"{name}: needs a floating tensor, got int32"):
+        call()

@@ -370,3 +370,14 @@ def test_cell_without_state_gives_w_hh_a_gradient(cls, device):
     ndl.ops.summation(out if cls is RNNCell else out[0]).backward()
     np.testing.assert_array_equal(cell.W_hh.grad.numpy(), np.zeros((2, 2 * (1 if cls is
                                                                           RNNCell else 4))))
+
+
+@pytest.mark.parametrize("cls", [RNN, LSTM])
+def test_an_empty_sequence_is_a_clear_error(cls, device):
+    """T = 0 failed deep inside with "stack: needs at least one tensor"; a batch of 0 is fine."""
+    layer = cls(3, 2, device=device)
+    with pytest.raises(ValueError, match=rf"{cls.__name__}: expected a sequence length larger "
+                                         r"than 0, found an input of shape \(0, 4, 3\)"):
+        layer(ndl.Tensor(np.zeros((0, 4, 3)), device=device, dtype="float32"))
+    out = layer(ndl.Tensor(np.zeros((5, 0, 3)), device=device, dtype="float32"))[0]
+    assert out.shape == (5, 0, 2)

@@ -173,6 +173,9 @@ class _Stack(Module):
     def _check(self, X: Tensor, states: dict[str, Tensor | None]) -> None:
         owner = type(self).__name__
         _check_input(owner, X, 3, self.input_size)
+        if X.shape[0] == 0:
+            raise ValueError(f"{owner}: expected a sequence length larger than 0, found an "
+                             f"input of shape {tuple(X.shape)} (T, B, input_size)")
         expected = (self.num_layers, X.shape[1], self.hidden_size)
         for name, h in states.items():
             if h is not None:

@@ -22,7 +22,7 @@ from typing import Any
 from ..autograd.tensor import Tensor, TensorTupleOp
 from ..backends import namespace
 from ..kernels import ADD_TO_FRESH, SUM, Kernel
-from .dtypes import PromotingOp
+from .dtypes import PromotingOp, check_floating
 from .movement import reshape
 from .norm import NORMALIZE, NORMALIZE_GRAD, NormalizeGrad, _normalize_grad_x
 from .reduce import summation
@@ -134,6 +134,7 @@ class _AffineNorm(PromotingOp):
             raise ValueError(f"{self.op_name}: expected an input of shape {self.layout} and a "
                              f"weight and bias of shape (C,), found {shape}, {tuple(w.shape)} "
                              f"and {tuple(b.shape)}")
+        check_floating(self.op_name, x)
         out, y, s, mean, *var = self.kernel(x, w, b, self.eps)
         self.stats = (mean, *var)
         return out, (x, y, s, mean)
@@ -190,6 +191,13 @@ class BatchNorm(_AffineNorm):
     op_name, layout, min_ndim = "batch_norm", "(N, C, ...)", 2
     kernel = BATCH_NORM
     axes = staticmethod(_batch_axes)
+
+    def __init__(self, eps: float = 1e-5):
+        # PyTorch's rule: with eps 0 a constant channel is 0/0, which torch's kernel makes 0
+        # and the others NaN
+        if not eps > 0:
+            raise ValueError(f"batch_norm: eps must be positive in training, got {eps}")
+        super().__init__(eps)
 
     @staticmethod
     def param_axis(ndim: int) -> int:

@@ -14,6 +14,7 @@ from typing import Any
 from ..autograd.tensor import Tensor, TensorOp
 from ..backends import namespace
 from ..kernels import Kernel
+from .dtypes import check_floating
 
 
 def dropout_portable(x: Any, draws: Any, keep: float) -> Any:
@@ -36,6 +37,7 @@ class DropoutMask(TensorOp):
         if tuple(draws.shape) != tuple(x.shape):
             raise ValueError(f"dropout: draws of shape {tuple(draws.shape)} for an input of "
                              f"shape {tuple(x.shape)}")
+        check_floating("dropout", x)
         return DROPOUT(x, draws, self.keep)
 
     def gradient(self, out_grad, node):

@@ -18,6 +18,7 @@ from ..backends import namespace
 from ..backends.rows import as_rows, channels, from_rows
 from ..kernels import Kernel
 from .axes import freeze_axes, normalize_axes
+from .dtypes import check_floating
 from .movement import reshape
 from .reduce import keepdims_shape, summation
 
@@ -113,6 +114,7 @@ class Normalize(TensorOp):
 
     def forward(self, x):
         axes = normalize_axes("normalize", self.axes, x.shape)
+        check_floating("normalize", x)
         y, s, mean, var = NORMALIZE(x, axes, self.eps)
         self.stats = (mean, var)
         return y, (x, y, s)
