@@ -15,6 +15,7 @@ import itertools
 import linecache
 import re
 import weakref
+from numbers import Number
 from typing import Any
 
 from ..autograd.graph import Value, mark_modified
@@ -46,15 +47,28 @@ class Program:
 
     def __init__(self, rec: Recorder, result: Any, n_args: int):
         self.name = rec.name
+        end = len(rec.lines)  # (what the step recorded; the result's reads come after)
         used: set[int] = set()
-        out = self._output(rec, result, used)
+        numbers: list[Any] = []
+        out = self._output(rec, result, used, numbers)
         unread = [p for key, p in rec.pending.items() if key not in used]
         if unread:
-            lines = "; ".join(w for *_, w in unread)
+            lines = "; ".join(p[3] for p in unread)
             raise CompileError(f"ndl.compile({rec.name}): a value is read to the host inside "
                                f"the step at {lines}: its value now would be replayed every "
                                "time. Return the Tensor (or the float or array read itself) "
                                "and read it after the call")
+        late = [p[3] for p in rec.pending.values() if p[5] < end]
+        if late or (rec.pending and numbers):
+            what = ("the step records operations after it, which may use it" if late else
+                    f"the result also holds the number {numbers[0]!r}, which may be computed "
+                    "from it")
+            raise CompileError(
+                f"ndl.compile({rec.name}): the value read to the host at "
+                f"{'; '.join(late or [p[3] for p in rec.pending.values()])} is returned, but "
+                f"{what}: it would be frozen at its value now. Read values to the host at the "
+                "end of the step, after its last Tensor operation, or return the Tensors and "
+                "read them after the call")
         for key, (v, *_) in rec.guards.items():  # data replaced where nothing recorded it
             if v._array is not rec.last[key]:
                 raise CompileError(
@@ -98,25 +112,28 @@ class Program:
         """The training generators of the devices whose `random` the program calls."""
         return [device.generator() for device in self._draws]
 
-    def _output(self, rec: Recorder, obj: Any, used: set[int]) -> str:
-        """The expression building the step's result at replay."""
+    def _output(self, rec: Recorder, obj: Any, used: set[int], numbers: list) -> str:
+        """The expression building the step's result at replay (`numbers`: the constant
+        numbers in it)."""
         if isinstance(obj, Value):
             data = rec.value(obj, "the step's result")
             return f"_tensor({rec.const(type(obj))}, {data}, {rec.const(obj.device)})"
         pending = rec.pending.get(id(obj))
         if pending is not None and pending[0] is obj:
             used.add(id(obj))
-            _, data, kind, _ = pending
-            return f"_host[{kind!r}]({rec.const(_device_of(rec, data))}, {data})"
+            _, data, kind, _, device, _ = pending
+            return f"_host[{kind!r}]({rec.const(device)}, {data})"
         if isinstance(obj, (tuple, list)):
-            items = ", ".join(self._output(rec, o, used) for o in obj)
+            items = ", ".join(self._output(rec, o, used, numbers) for o in obj)
             if hasattr(obj, "_fields"):  # a namedtuple
                 return f"{rec.const(type(obj))}({items})"
             return f"({items},)" if isinstance(obj, tuple) else f"[{items}]"
         if isinstance(obj, dict):
-            items = ", ".join(f"{rec.const(k)}: {self._output(rec, v, used)}"
+            items = ", ".join(f"{rec.const(k)}: {self._output(rec, v, used, numbers)}"
                               for k, v in obj.items())
             return f"{{{items}}}"
+        if isinstance(obj, Number):
+            numbers.append(obj)
         return rec.const(obj)
 
     def _check(self, i: int) -> None:
@@ -146,13 +163,6 @@ def _grad_of(v: Value) -> Any:
     if grad.__class__ is weakref.ref:
         grad = grad()
     return grad._array if isinstance(grad, Value) else grad
-
-
-def _device_of(rec: Recorder, name: str) -> Any:
-    """The device of the array in slot `name` (for a host read at replay)."""
-    from ..backends import device_of
-
-    return device_of(rec.obj(int(name[1:])))
 
 
 def _schedule(lines: list[tuple[str, str, bool]], out: str) -> list[str]:

@@ -48,7 +48,7 @@ class Recorder(StateHooks):
         self.last: dict[int, Any] = {}  # id(outside Value) -> the data the program knows it has
         self.modules: dict[int, tuple] = {}  # id(Module) -> (Module, training)
         self.moded: set[int] = set()  # ids of Modules whose mode the step sets itself
-        self.pending: dict = {}  # id(host value) -> (value, slot name, kind, where)
+        self.pending: dict = {}  # id(host value) -> (value, slot, kind, where, device, lines)
         self.depth = 0  # > 0 inside a call recorded as one step: nothing below is recorded
         self.draw_devices: dict[int, Any] = {}  # devices whose generator the step draws from
         self.replayed_calls = 0  # optimizer steps, clipping, train(): run whole at replay

@@ -98,7 +98,9 @@ class StateHooks:
         # the result is found in what the step returns by identity: Python shares small
         # ints and bools, so theirs cannot be told from a constant and are never returned
         key = ("int", len(self.pending)) if type(out) in (int, bool) else id(out)
-        self.pending[key] = (out, expr, kind, where())
+        # (its device, for the replay's read; the line count: a returned read must be the
+        # last thing the step records, as Python may use the value for what follows)
+        self.pending[key] = (out, expr, kind, where(), v.device, len(self.lines))
         return out
 
     def control_flow(self, v: Value) -> None:

@@ -1,0 +1,98 @@
+"""ndl.compile's audit findings: each case either matches the eager step to the bit or
+raises a clear error; none gives silently different numbers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import needle as ndl
+import needle.nn as nn
+
+
+def _const(values, device, dtype=np.float32):
+    return ndl.Tensor(np.asarray(values, dtype=dtype), device=device, requires_grad=False)
+
+
+def _batches(device, n: int = 5, rows: int = 4, scale=None):
+    rng = np.random.default_rng(1)
+    return [(_const(rng.standard_normal((rows, 3)) * (1 if scale is None else scale[i]),
+                    device),
+             _const(rng.integers(0, 2, rows), device, np.int64)) for i in range(n)]
+
+
+def _same(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        x, y = (v.numpy() if isinstance(v, ndl.Tensor) else np.asarray(v) for v in (x, y))
+        assert x.dtype == y.dtype and np.array_equal(x, y), (x, y)
+
+
+def _both(device, build, drive):
+    """[(drive's results, parameters after)] for `build(model, opt)` run eagerly, then
+    compiled (from the same seeds); and the compiled step."""
+    out = []
+    for compiled in (False, True):
+        np.random.seed(0)
+        model = nn.Linear(3, 2, device=device)
+        opt = ndl.optim.SGD(model.parameters(), lr=0.1)
+        run = build(model, opt)
+        if compiled:
+            run = ndl.compile(run)
+        out.append((drive(run, model, opt), [p.numpy() for p in model.parameters()]))
+    (eager, p_eager), (compiled, p_compiled) = out
+    _same(eager, compiled)
+    _same(p_eager, p_compiled)
+    return run
+
+
+# ----- 2, 3: a value read to the host and returned ------------------------------------------
+def test_a_returned_host_read_replays_on_every_device(device):
+    np.random.seed(0)
+    model = nn.Sequential(nn.Linear(3, 4, device=device), nn.ReLU(),
+                          nn.Linear(4, 2, device=device))
+    predict = ndl.compile(lambda x: model(x).numpy())
+    total = ndl.compile(lambda x: x.sum().item())
+    for x, _ in _batches(device, 3):
+        out = predict(x)
+        assert isinstance(out, np.ndarray) and np.array_equal(out, model(x).numpy())
+        assert total(x) == x.sum().item()
+    assert predict.captures == total.captures == 1
+
+
+def test_a_returned_host_read_also_used_inside_the_step_raises(device):
+    np.random.seed(0)
+    lin = nn.Linear(3, 1, device=device)
+    opt = ndl.optim.SGD(lin.parameters(), lr=0.1)
+    x = _batches(device, 1)[0][0]
+
+    @ndl.compile
+    def train(x):
+        opt.reset_grad()
+        loss = (lin(x) ** 2).sum()
+        loss.backward()
+        lval = loss.item()  # read here
+        opt.lr = 0.1 if lval < 1.0 else 0.01  # and used: it would be frozen
+        opt.step()
+        return lval
+
+    with pytest.raises(ndl.CompileError, match="test_compile_audit.py:.*loss.item()"):
+        train(x)
+
+    def scaled(x):
+        v = x.sum().item()
+        return v, x / v
+
+    with pytest.raises(ndl.CompileError, match="after"):
+        ndl.compile(scaled)(x)
+    with pytest.raises(ndl.CompileError, match="also holds the number"):  # (2 * v: frozen)
+        ndl.compile(lambda x: (lambda v: (v, 2 * v))(x.sum().item()))(x)
+
+    def both(x):  # reads at the end of the step are fine, several of them too
+        s, m = x.sum(), (x * x).sum(axes=(0,))
+        return s.item(), m.numpy()
+
+    step = ndl.compile(both)
+    for x, _ in _batches(device, 3):
+        _same(step(x), both(x))
+    assert step.captures == 1
