@@ -3,6 +3,8 @@ raises a clear error; none gives silently different numbers."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
 
@@ -96,3 +98,19 @@ def test_a_returned_host_read_also_used_inside_the_step_raises(device):
     for x, _ in _batches(device, 3):
         _same(step(x), both(x))
     assert step.captures == 1
+
+
+# ----- 6: a result holding Tensors in another kind of object -------------------------------
+def test_a_result_holding_tensors_in_an_object_raises_naming_its_type(device):
+    @dataclass
+    class Out:
+        loss: ndl.Tensor
+
+    with pytest.raises(ndl.CompileError, match="Out"):
+        ndl.compile(lambda x: Out(x * 2))(_const([1.0, 2.0], device))
+    with pytest.raises(ndl.CompileError, match="set"):
+        ndl.compile(lambda x: {x * 2})(_const([1.0, 2.0], device))
+    step = ndl.compile(lambda x: (x * 2)._array)  # an array the step computed: replayed
+    for v in ([1.0, 2.0], [5.0, 6.0]):
+        x = _const(v, device)
+        assert np.array_equal(device.to_numpy(step(x)), (x * 2).numpy())

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..autograd.graph import Value, mark_modified
 from .recorder import Recorder
-from .support import HOST_READS, CompileError
+from .support import HOST_READS, CompileError, holds_values, is_array, is_module
 
 _SLOT = re.compile(r"(?<![.\w])a(\d+)\b")  # a slot's name (not an attribute's)
 _counter = itertools.count()
@@ -134,6 +134,13 @@ class Program:
             return f"{{{items}}}"
         if isinstance(obj, Number):
             numbers.append(obj)
+        elif is_array(obj):  # an array the step computed: its slot (else a constant)
+            return rec.array(obj, False, "the step's result")
+        elif holds_values(obj) and not is_module(obj):
+            raise CompileError(
+                f"ndl.compile({rec.name}): the step returns a {type(obj).__name__} holding "
+                "Tensors: a replay rebuilds only tuples, lists, dicts and namedtuples of them "
+                "(this one would be the first call's every time); return one of those")
         return rec.const(obj)
 
     def _check(self, i: int) -> None:

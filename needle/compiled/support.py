@@ -49,6 +49,26 @@ def has_array(obj: Any) -> bool:
     return is_array(obj)
 
 
+def holds_values(obj: Any, depth: int = 2) -> bool:
+    """Whether `obj` is or holds a Value or an array: in its elements (tuples, lists, sets,
+    dicts) or attributes (`__dict__`, `__slots__`), `depth` levels down."""
+    if isinstance(obj, Value) or is_array(obj):
+        return True
+    if depth == 0 or isinstance(obj, (str, bytes, type, types.ModuleType)):
+        return False
+    if isinstance(obj, dict):
+        items = list(obj.values())
+    elif isinstance(obj, (tuple, list, set, frozenset)):
+        items = list(obj)
+    else:
+        items = list(getattr(obj, "__dict__", {}).values())
+        for cls in type(obj).__mro__:
+            slots = cls.__dict__.get("__slots__", ())
+            items += [getattr(obj, n, None) for n in ((slots,) if isinstance(slots, str)
+                                                      else slots) if n != "__weakref__"]
+    return any(holds_values(o, depth - 1) for o in items)
+
+
 def describe(obj: Any) -> str:
     """`obj` (a Value, an array or a tuple of arrays) for an error message: its shape and dtype."""
     if isinstance(obj, Value):
