@@ -3,6 +3,8 @@ raises a clear error; none gives silently different numbers."""
 
 from __future__ import annotations
 
+import math
+from collections import namedtuple
 from dataclasses import dataclass
 
 import numpy as np
@@ -114,3 +116,44 @@ def test_a_result_holding_tensors_in_an_object_raises_naming_its_type(device):
     for v in ([1.0, 2.0], [5.0, 6.0]):
         x = _const(v, device)
         assert np.array_equal(device.to_numpy(step(x)), (x * 2).numpy())
+
+
+# ----- 8: signatures of floats -----------------------------------------------------------------
+def test_negative_zero_and_nan_arguments():
+    f = lambda x, s: x / s  # noqa: E731
+    step = ndl.compile(f)
+    x = _const([1.0, 2.0], ndl.cpu())
+    with np.errstate(divide="ignore", invalid="ignore"):
+        assert step(x, -0.0).numpy().tolist() == [-math.inf, -math.inf]
+        assert step(x, 0.0).numpy().tolist() == [math.inf, math.inf]
+        assert step.captures == 2
+        for _ in range(3):
+            assert np.isnan(step(x, float("nan")).numpy()).all()
+        assert step.captures == 3  # NaN is one signature
+        assert step(x, np.float32(-0.0)).numpy().tolist() == [-math.inf, -math.inf]
+        assert step(x, np.float32(0.0)).numpy().tolist() == [math.inf, math.inf]
+        assert step.captures == 5
+
+
+# ----- 11b: objects as arguments -------------------------------------------------------------
+def test_an_object_argument_holding_tensors_is_refused_and_namedtuples_are_tuples(device):
+    g = lambda b: b.x * 2  # noqa: E731
+
+    class Batch:
+        pass
+
+    b = Batch()
+    b.x = _const([1.0, 2.0], device)
+    with pytest.raises(ndl.CompileError, match="Batch"):
+        ndl.compile(g)(b)
+    NT = namedtuple("NT", "x")
+    step = ndl.compile(g)
+    for v in range(4):
+        batch = NT(_const([float(v), 1.0], device))
+        _same([step(batch)], [g(batch)])
+    assert step.captures == 1
+    np.random.seed(0)
+    lin = nn.Linear(2, 2, device=device)
+    apply = ndl.compile(lambda m, x: m(x))  # a Module argument is still keyed by identity
+    x = _const([[1.0, 2.0]], device)
+    _same([apply(lin, x), apply(lin, x)], [lin(x), lin(x)])

@@ -9,11 +9,13 @@ from collections import OrderedDict
 from typing import Any, Callable
 
 from ..autograd import Tensor, TensorTuple, Value, graph
+from ..backends import Device
 from ..backends import call_hook as _device
 from ..grad_mode import _grad_enabled
 from .cuda_graph import Graphed, eligible
 from .program import Program, Retrace, detached
 from .recorder import Recorder
+from .support import CompileError, holds_values, is_array, is_module
 
 _capturing = threading.Lock()  # one recording at a time (the hooks are process-wide)
 
@@ -42,10 +44,21 @@ def signature(args: tuple, kwargs: dict) -> tuple[tuple, list[Tensor], list[Any]
             data = obj._array
             return (Tensor, tuple(data.shape), data.dtype, obj.device, obj.requires_grad)
         kind = type(obj)
-        if kind is tuple or kind is list:
+        if kind is float or kind is complex or kind is int or kind is str or obj is None:
+            pass  # (the common constants first)
+        elif isinstance(obj, (tuple, list)):  # namedtuples too: their Tensors are arguments
             return (kind, tuple(map(walk, obj)))
-        if kind is dict:
-            return (dict, tuple((k, walk(v)) for k, v in obj.items()))
+        elif isinstance(obj, dict):
+            return (kind, tuple((k, walk(v)) for k, v in obj.items()))
+        elif not (is_array(obj) or is_module(obj) or isinstance(obj, Device)) and (
+                holds_values(obj, 1)):
+            raise CompileError(
+                f"ndl.compile: an argument of type {kind.__name__} holds Tensors (or arrays): "
+                "a replay would read the ones it held when the step was recorded. Pass the "
+                "Tensors, or a tuple, list, dict or namedtuple of them")
+        if isinstance(obj, (float, complex)) or (
+                getattr(obj, "shape", None) == () and kind.__module__ == "numpy"):
+            return (kind, repr(obj))  # -0.0 is not 0.0, and NaN is NaN
         try:
             hash(obj)
         except TypeError:
