@@ -118,6 +118,17 @@ def test_a_result_holding_tensors_in_an_object_raises_naming_its_type(device):
         assert np.array_equal(device.to_numpy(step(x)), (x * 2).numpy())
 
 
+# ----- 7: a read through DLPack -------------------------------------------------------------
+def test_a_read_through_dlpack_inside_the_step_raises(device):
+    x = _const([1.0, 2.0], device)
+    with pytest.raises(ndl.CompileError, match="DLPack"):
+        ndl.compile(lambda x: x / float(x.__dlpack__() is not None))(x)
+    if device.kind == "cpu":
+        with pytest.raises(ndl.CompileError, match="DLPack"):
+            ndl.compile(lambda x: x / float(np.from_dlpack(x).max()))(x)
+    assert np.from_dlpack(_const([1.0, 2.0], ndl.cpu())).tolist() == [1.0, 2.0]  # outside
+
+
 # ----- 8: signatures of floats -----------------------------------------------------------------
 def test_negative_zero_and_nan_arguments():
     f = lambda x, s: x / s  # noqa: E731

@@ -172,6 +172,8 @@ class Tensor(Value):
     def __dlpack__(self, **kwargs: Any) -> Any:
         """A DLPack capsule of the data, sharing memory (no graph: the reader sees the data as
         `detach()` would); torch/jax/numpy/cupy `from_dlpack` call it."""
+        if _graph._TRACER is not None:
+            _graph._TRACER.dlpack(self)  # raises while a step is captured (a read)
         return self.device.to_dlpack(self._realize(), **kwargs)
 
     def __dlpack_device__(self) -> tuple[Any, int]:

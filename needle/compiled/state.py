@@ -103,6 +103,15 @@ class StateHooks:
         self.pending[key] = (out, expr, kind, where(), v.device, len(self.lines))
         return out
 
+    def dlpack(self, v: Value) -> None:
+        """t.__dlpack__() (np.from_dlpack(t), torch.from_dlpack(t)): a read the recorder
+        cannot follow."""
+        if self.active():
+            raise CompileError(f"ndl.compile({self.name}): a Tensor is read through DLPack at "
+                               f"{where()}; what another library computes from it cannot be "
+                               "replayed (it would be frozen at its value now): use Tensor "
+                               "operations inside the step, or read it after the call")
+
     def control_flow(self, v: Value) -> None:
         """bool(t): Python control flow on a value cannot be replayed."""
         if self.active():
