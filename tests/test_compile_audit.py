@@ -102,6 +102,37 @@ def test_a_returned_host_read_also_used_inside_the_step_raises(device):
     assert step.captures == 1
 
 
+# ----- 4: a copy, made inside the step, of a Tensor made before it ---------------------------
+def test_a_copy_of_a_parameter_made_inside_the_step_reads_it_at_replay(device):
+    other = ndl.strict() if device.kind == "cpu" else ndl.cpu()
+
+    def build(model, opt):
+        def step(x, y):
+            snap = ndl.Tensor(model.weight, requires_grad=False)  # before the update
+            moved = model.bias.to(other)
+            opt.reset_grad()
+            nn.SoftmaxLoss()(model(x), y).backward()
+            opt.step()
+            return snap, moved
+        return step
+
+    def drive(run, model, opt):
+        return [t for x, y in _batches(device) for t in run(x, y)]
+
+    _both(device, build, drive)
+
+
+def test_one_hot_of_labels_made_before_the_step(device):
+    labels = _const([0, 1, 2], device, np.int64)
+    f = lambda x: x * ndl.init.one_hot(4, labels, device=device)  # noqa: E731
+    step = ndl.compile(f)
+    for x in (_const(np.ones((3, 4)), device), _const(np.full((3, 4), 2.0), device)):
+        _same([step(x)], [f(x)])
+    labels.data = _const([3, 3, 0], device, np.int64)  # new data: read at replay
+    x = _const(np.ones((3, 4)), device)
+    _same([step(x)], [f(x)])
+
+
 # ----- 6: a result holding Tensors in another kind of object -------------------------------
 def test_a_result_holding_tensors_in_an_object_raises_naming_its_type(device):
     @dataclass

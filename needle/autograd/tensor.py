@@ -100,10 +100,10 @@ class Tensor(Value):
         if array.__class__ is NDArray:  # the course's NDArray: its device's array
             device = array.device if device is None else device
             array = array._array
-        if isinstance(array, Tensor):
+        if isinstance(array, Tensor):  # (ndl.compile's recorder takes the Tensor itself)
             device = array.device if device is None else device
             dtype = array.dtype if dtype is None else dtype
-            data = device.asarray(array._realize(), dtype=dtype)
+            data = device.asarray(array._realize() if _graph._TRACER is None else array, dtype)
         else:
             device = default_device() if device is None else device
             data = device.asarray(array, dtype=dtype)

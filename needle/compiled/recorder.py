@@ -244,15 +244,17 @@ class Recorder(StateHooks):
         return self._run_call(fn, unwrapped, kwargs, exprs)
 
     def device_call(self, method: Any, device: Any, args: tuple, kwargs: dict) -> Any:
-        """A device's creation or draw: run again at replay (host data is a constant)."""
+        """A device's creation or draw: run again at replay (host data is a constant; a
+        Tensor's data, `Tensor(t)` copying t, is read from it)."""
+        raw = tuple(a._realize() if isinstance(a, Value) else a for a in args)
         if not self.active():
-            return method(device, *args, **kwargs)
+            return method(device, *raw, **kwargs)
         if method.__name__ == "random":
             self.draw_devices[id(device)] = device
         who = f"an argument of {type(device).__name__}.{method.__name__}"
         exprs = [self.const(device)] + [self.array(a, False, who) for a in args]
         exprs += [f"{k}={self.array(v, False, who)}" for k, v in kwargs.items()]
-        return self._run_call(method, (device,) + tuple(args), kwargs, exprs)
+        return self._run_call(method, (device,) + raw, kwargs, exprs)
 
     def _run_call(self, fn: Any, args: Any, kwargs: dict, exprs: list[str]) -> Any:
         self.depth += 1

@@ -69,9 +69,9 @@ def one_hot(n: int, i: Any, device: Device | None = None, dtype: Any = "float32"
             requires_grad: bool = False) -> Tensor:
     """One-hot rows of length `n` for the labels `i` (integers, or floats holding whole numbers)."""
     device = default_device() if device is None else device
-    if isinstance(i, Tensor):
-        i = i._realize()
-    if not device.owns(i):
+    if isinstance(i, Tensor):  # (as_index_array reads its array: ndl.compile, the Tensor's)
+        i = i.to(device)
+    elif not device.owns(i):
         i = device.asarray(i)
     labels = as_index_array(device.xp, i, n, "one_hot", "labels", device)
     return _tensor(device.one_hot(n, labels, dtype=dtype), device, dtype, requires_grad)
