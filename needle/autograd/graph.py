@@ -159,7 +159,7 @@ class Value:
             grad = grad()
         else:
             grad = self._grad = self._wrap_adjoint(grad)  # an array: a constant when first read
-        if _TRACER is not None and grad is not None:
+        if _TRACER is not None:
             _TRACER.grad_read(self, grad)
         return grad
 

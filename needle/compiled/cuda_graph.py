@@ -114,7 +114,7 @@ class CudaGraphReplay:
         self.grads = [(v, v._grad) for v in program.grad_targets]
 
     def __call__(self, tensors: list) -> Any:
-        self.program.guard()  # (raises Retrace: the graph replays no Python)
+        self.program.guard(*tensors)  # (raises Retrace: the graph replays no Python)
         copy_into = self.graphs.copy_into
         for v, before in self.held:  # new data since (an optimizer's): into the graph's
             if v._array is not before:
@@ -144,7 +144,7 @@ class Graphed:
             self.replays += 1
             if self.replays < 2 or self.failed:
                 return self.program(tensors)
-            self.program.guard()
+            self.program.guard(*tensors)
             try:
                 self.graph = CudaGraphReplay(self.program, tensors)
             except Exception as e:

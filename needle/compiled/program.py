@@ -88,16 +88,21 @@ class Program:
         body = _schedule(rec.lines, out)
         params = ", ".join(f"v{i}" for i in range(n_args))
         self.source = "\n    ".join([f"def replay({params}):", *head, *body, f"return {out}"])
-        self.source += "\n\n" + "\n    ".join(["def guard():", *head, "return None"])
+        self.source += "\n\n" + "\n    ".join([f"def guard({params}):", *head, *rec.checks,
+                                                "return None"])
+        if rec.checks:  # (guards on the arguments: not in replay, which a CUDA graph captures)
+            self.source += "\n\n" + "\n    ".join([f"def check({params}):", *rec.checks,
+                                                    "return None"])
         filename = f"<ndl.compile {rec.name} #{next(_counter)}>"
         linecache.cache[filename] = (len(self.source), None,  # (tracebacks show the line)
                                      self.source.splitlines(True), filename)
         weakref.finalize(self, linecache.cache.pop, filename, None)
         scope = dict(rec.consts, _seen=self.seen, _check=self._check, _Retrace=Retrace,
                      _mark_modified=mark_modified, _tensor=_tensor, _host=HOST_READS,
-                     _grad_of=_grad_of)
+                     _grad_of=_grad_of, _grad_now=_grad_now, _grad_was_none=_grad_was_none)
         exec(compile(self.source, filename, "exec"), scope)  # noqa: S102 (our own source)
         self.replay, self.guard = scope["replay"], scope["guard"]
+        self.check = scope.get("check")
         self.steps = len(body)
         self._constants = list(rec.consts.values())
         self._draws = list(rec.draw_devices.values())
@@ -153,11 +158,26 @@ class Program:
         self.seen[i] = data
 
     def __call__(self, tensors: list) -> Any:
+        if self.check is not None:
+            self.check(*tensors)  # (raises Retrace before anything ran)
         return self.replay(*tensors)
 
 
 def _tensor(cls: type, data: Any, device: Any) -> Value:
     return cls.make_const(data, device=device)
+
+
+def _grad_now(v: Value) -> Any:
+    """`v.grad` as the step would read it (None, a Value or an array), without the hook."""
+    grad = v._grad
+    return grad() if grad.__class__ is weakref.ref else grad
+
+
+def _grad_was_none(v: Value) -> None:
+    raise RuntimeError(f"ndl.compile: the step reads the .grad of a {type(v).__name__} of "
+                       f"shape {tuple(v._array.shape)} after a replayed call (an optimizer's "
+                       "step), where it was None when the step was recorded; it is set now. "
+                       "Read it before, or compile again")
 
 
 def _grad_of(v: Value) -> Any:

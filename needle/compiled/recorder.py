@@ -53,6 +53,9 @@ class Recorder(StateHooks):
         self.draw_devices: dict[int, Any] = {}  # devices whose generator the step draws from
         self.replayed_calls = 0  # optimizer steps, clipping, train(): run whole at replay
         self.grad_targets: dict[int, Value] = {}  # Values whose .grad the step sets
+        self.grads_set: set[int] = set()  # ids of outside Values whose .grad the step set
+        self.opaques = 0  # replayed calls made so far (they may set any .grad)
+        self.checks: list[str] = []  # guards reading the arguments (`check` at replay)
 
     # ----- bookkeeping -------------------------------------------------------------------
     def active(self) -> bool:
@@ -288,6 +291,7 @@ class Recorder(StateHooks):
         finally:
             self.depth -= 1
         self.replayed_calls += 1
+        self.opaques += 1
         call = f"{self.const(fn)}({', '.join(exprs)})"
         if isinstance(out, Value):
             self.register(out._array, f"{call}._array")

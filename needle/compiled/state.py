@@ -60,14 +60,27 @@ class StateHooks:
         else:
             expr = self.array(grad, True, "a gradient")
         self.grad_targets[id(v)] = v
+        self.grads_set.add(id(v))
         self.emit(f"{self.ref(v)}._grad", expr)
 
-    def grad_read(self, v: Value, grad: Value) -> None:
+    def grad_read(self, v: Value, grad: Value | None) -> None:
         """`v.grad` was read: a gradient from before the step is read from `v` at replay,
-        at this point of the step (a backward may set another after)."""
-        if self.active() and self.outside(v) and self.known(grad._array) is None:
-            self.grad_reads[grad] = self.register(grad._array, f"_grad_of({self.ref(v)})",
-                                                  pure=True)
+        at this point of the step (a backward may set another after). Whether it is None is
+        checked: before the replay runs (recording again when it changed) where it is the
+        gradient from before the step, else (after a replayed call) at this point."""
+        if not (self.active() and self.outside(v)):
+            return
+        ref = self.ref(v)
+        before = id(v) not in self.grads_set and not self.opaques  # (from before the step)
+        if grad is None:
+            if before:
+                self.checks.append(f"if _grad_now({ref}) is not None: raise _Retrace")
+            elif id(v) not in self.grads_set:
+                self.emit("", f"_grad_now({ref}) is None or _grad_was_none({ref})")
+        elif self.known(grad._array) is None:
+            if before:
+                self.checks.append(f"if _grad_now({ref}) is None: raise _Retrace")
+            self.grad_reads[grad] = self.register(grad._array, f"_grad_of({ref})", pure=True)
 
     def constant(self, output: Value, out_grad: Any) -> Value:
         """backward's raw adjoint of `output` as a constant Value of its kind."""
