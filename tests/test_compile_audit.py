@@ -50,6 +50,64 @@ def _both(device, build, drive):
     return run
 
 
+# ----- 1: a Tensor argument sharing its data with a parameter, a closure or an argument -----
+def test_anchor_weights_sharing_the_parameters_arrays_are_read_from_the_arguments(device):
+    # FedProx: state_dict()'s values share the parameters' arrays at the first call (the
+    # compiled step read the parameters for them: the proximal term was 0 at every call)
+    def build(model, opt):
+        def step(x, y, w0, b0):
+            opt.reset_grad()
+            loss = nn.SoftmaxLoss()(model(x), y)
+            prox = ((model.weight - w0) ** 2).sum() + ((model.bias - b0) ** 2).sum()
+            (loss + prox * 0.5).backward()
+            opt.step()
+            return prox
+        return step
+
+    def drive(run, model, opt):
+        w0, b0 = model.state_dict().values()
+        return [run(x, y, w0, b0) for x, y in _batches(device)]
+
+    run = _both(device, build, drive)
+    assert run.captures == 1
+
+
+def test_two_arguments_sharing_an_array_are_told_apart(device):
+    g = ndl.compile(lambda a, b: a * 2 + b)
+    x = _const([1.0, 1.0], device)
+    assert g(x, x.detach()).numpy().tolist() == [3.0, 3.0]
+    p, q = _const([10.0, 10.0], device), _const([100.0, 100.0], device)
+    assert g(p, q).numpy().tolist() == [120.0, 120.0]
+    assert g(q, q.detach()).numpy().tolist() == [300.0, 300.0]
+    from needle.autograd import array_function
+
+    @array_function
+    def double(a):
+        return a * 2
+
+    # the shared array itself, not through a Tensor: either argument's at replay
+    raw = ndl.compile(lambda a, b: ndl.Tensor.make_const(double(a._array), device=device) + b)
+    with pytest.raises(ndl.CompileError, match="several Tensors"):
+        raw(x, x.detach())
+    assert raw(p, q).numpy().tolist() == [120.0, 120.0]
+
+
+def test_an_argument_the_step_also_reads_from_outside_records_again(device):
+    w = _const([1.0, 1.0], device)
+    f = ndl.compile(lambda a: a + w)  # called with w itself first
+    assert f(w).numpy().tolist() == [2.0, 2.0]
+    z = _const([0.0, 0.0], device)
+    assert f(z).numpy().tolist() == [1.0, 1.0] and f.captures == 2
+    assert f(w).numpy().tolist() == [2.0, 2.0]  # (the later program serves both)
+    np.random.seed(0)
+    lin = nn.Linear(2, 2, device=device)
+    x = _const([[1.0, 2.0]], device)
+    g = ndl.compile(lambda weight: lin(x) + weight.sum())  # a parameter as an argument
+    other = _const(np.zeros((2, 2)), device)
+    g(lin.weight)
+    _same([g(other), g(lin.weight)], [lin(x) + other.sum(), lin(x) + lin.weight.sum()])
+
+
 # ----- 2, 3: a value read to the host and returned ------------------------------------------
 def test_a_returned_host_read_replays_on_every_device(device):
     np.random.seed(0)

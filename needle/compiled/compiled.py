@@ -15,7 +15,7 @@ from ..grad_mode import _grad_enabled
 from .cuda_graph import Graphed, eligible
 from .program import Program, Retrace, detached
 from .recorder import Recorder
-from .support import CompileError, holds_values, is_array, is_module
+from .support import CompileError, holds_values, is_array, is_module, reachable
 
 _capturing = threading.Lock()  # one recording at a time (the hooks are process-wide)
 
@@ -138,8 +138,7 @@ class Compiled:
         with _capturing:
             rec = Recorder(name)
             for i, t in enumerate(tensors):
-                rec.args[id(t)] = f"v{i}"
-                rec.register(t._array, f"v{i}._array", pure=True)
+                rec.argument(t, i)
             graph._TRACER = rec
             _device.set_call_hook(rec.device_call)
             try:
@@ -147,6 +146,12 @@ class Compiled:
             finally:
                 graph._TRACER = None
                 _device.set_call_hook(None)
+            # an argument the step can also reach otherwise (a closure's Tensor, a parameter)
+            # may have been read either way: its program serves that Tensor only
+            outside = reachable([self.fn, *pinned, *rec.consts.values(),
+                                 *(m for m, _ in rec.modules.values())])
+            rec.checks += [f"if v{i} is not {rec.const(t)}: raise _Retrace"
+                           for i, t in enumerate(tensors) if id(t) in outside]
             program = Program(rec, result, len(tensors))
         replay: Any = program
         if self.cuda_graph:

@@ -42,6 +42,11 @@ class Recorder(StateHooks):
         self.aliases = weakref.WeakKeyDictionary()  # detached Value -> the Value it shares
         self.grad_reads = weakref.WeakKeyDictionary()  # a .grad read -> its slot
         self.args: dict[int, str] = {}  # id(argument Value) -> its name in the program
+        self.arg_slots: dict[int, int] = {}  # id(argument Value) -> the slot of its data
+        # arrays read from outside the step: slot -> whose data it was (an argument, a Tensor
+        # made before the step, a gradient); and the slots of arrays two of them share
+        self.origin: dict[int, Any] = {}
+        self.shared: set[int] = set()
         # id(outside Value) -> slot of its data (until a replayed call), and what replays check
         self.reads: dict[int, int] = {}
         self.guards: dict[int, tuple] = {}  # -> (Value, requires_grad, shape, dtype, device)
@@ -109,11 +114,43 @@ class Recorder(StateHooks):
             return f"a{slot}"
         return None
 
+    def external(self, obj: Any, expr: str, source: Any, pure: bool = False) -> str:
+        """Register `obj`, the data of `source` (an argument, a Tensor made before the step,
+        a gradient from before it) read from it by `expr`. An array two sources share at
+        recording (state_dict()'s values and the parameters, `x` and `x.detach()`) is found
+        through its Value only: by identity it could be either at replay."""
+        prev = self.slot_of.get(id(obj))
+        shared = prev is not None and self.obj(prev) is obj and (
+            prev in self.shared or self.origin.get(prev, source) != source)
+        name = self.register(obj, expr, pure)
+        self.origin[int(name[1:])] = source
+        if shared:
+            self.shared.add(int(name[1:]))
+        return name
+
+    def argument(self, v: Value, i: int) -> None:
+        """The step's Tensor argument `v`, `v<i>` in the program."""
+        self.args[id(v)] = f"v{i}"
+        name = self.external(v._array, f"v{i}._array", id(v), pure=True)
+        self.arg_slots[id(v)] = int(name[1:])
+
+    def unique(self, obj: Any, who: str) -> str | None:
+        """`known(obj)`, refusing an array several Tensors share (see `external`)."""
+        name = self.known(obj)
+        if name is not None and int(name[1:]) in self.shared:
+            raise CompileError(
+                f"ndl.compile({self.name}): {who} is the array of several Tensors the step "
+                "reads (arguments or Tensors made before the step sharing it, as "
+                f"state_dict()'s values share the parameters'), used at {where()} without its "
+                "Tensor: which one it is at a replay cannot be told. Pass a copy, or use "
+                "Tensor operations on it")
+        return name
+
     # ----- naming what steps read ----------------------------------------------------------
     def array(self, obj: Any, strict: bool, who: str) -> str:
         """An expression giving `obj` at replay: a slot, a tuple of them, or a constant. An
         array no recorded step made is refused (`strict`) or taken as a constant."""
-        name = self.known(obj)
+        name = self.unique(obj, who)
         if name is not None:
             return name
         if isinstance(obj, Value):
@@ -139,8 +176,11 @@ class Recorder(StateHooks):
         name = self.grad_reads.get(v)
         if name is not None and self.known(data) == name:  # a gradient from before the step
             return name
-        if v in self.values or id(v) in self.args:
-            name = self.known(data)
+        slot = self.arg_slots.get(id(v))
+        if slot is not None and self.obj(slot) is data:  # an argument's own data
+            return f"a{slot}"
+        if v in self.values or slot is not None:
+            name = self.unique(data, who)
             if name is None:
                 if isinstance(data, tuple) and all(self.known(d) for d in data):
                     return self.array(data, True, who)
@@ -164,7 +204,7 @@ class Recorder(StateHooks):
             shape = None if isinstance(data, tuple) else tuple(data.shape)
             dtype = None if isinstance(data, tuple) else data.dtype
             self.guards[id(v)] = (v, v.requires_grad, shape, dtype, v.device)
-        name = self.register(v._array, f"{self.const(v)}._array")
+        name = self.external(v._array, f"{self.const(v)}._array", id(v))
         self.reads[id(v)] = int(name[1:])
         self.last[id(v)] = v._array
         return name

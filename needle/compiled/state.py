@@ -80,7 +80,8 @@ class StateHooks:
         elif self.known(grad._array) is None:
             if before:
                 self.checks.append(f"if _grad_now({ref}) is None: raise _Retrace")
-            self.grad_reads[grad] = self.register(grad._array, f"_grad_of({ref})", pure=True)
+            self.grad_reads[grad] = self.external(grad._array, f"_grad_of({ref})",
+                                                  ("grad", id(v)), pure=True)
 
     def constant(self, output: Value, out_grad: Any) -> Value:
         """backward's raw adjoint of `output` as a constant Value of its kind."""

@@ -61,12 +61,62 @@ def holds_values(obj: Any, depth: int = 2) -> bool:
     elif isinstance(obj, (tuple, list, set, frozenset)):
         items = list(obj)
     else:
-        items = list(getattr(obj, "__dict__", {}).values())
-        for cls in type(obj).__mro__:
-            slots = cls.__dict__.get("__slots__", ())
-            items += [getattr(obj, n, None) for n in ((slots,) if isinstance(slots, str)
-                                                      else slots) if n != "__weakref__"]
+        items = _attributes(obj)
     return any(holds_values(o, depth - 1) for o in items)
+
+
+def reachable(roots: list, depth: int = 3, limit: int = 20000) -> set[int]:
+    """The ids of the Values reachable from `roots`, `depth` levels down (at most `limit`
+    objects): through functions' closures, defaults and the globals they name, containers,
+    and attributes (`__dict__`, `__slots__`) of other objects."""
+    found: set[int] = set()
+    seen: set[int] = set()
+    todo = [(obj, depth) for obj in roots]
+    while todo and len(seen) < limit:
+        obj, left = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, Value):
+            found.add(id(obj))
+            continue
+        if left == 0 or obj is None or isinstance(obj, (str, bytes, int, float, type,
+                                                       types.ModuleType)) or is_array(obj):
+            continue
+        if isinstance(obj, (staticmethod, classmethod, types.MethodType)):
+            items = [obj.__func__, getattr(obj, "__self__", None)]
+        elif isinstance(obj, types.FunctionType):
+            names = obj.__globals__
+            items = [c.cell_contents for c in obj.__closure__ or () if _full(c)]
+            items += [*(obj.__defaults__ or ()), *(obj.__kwdefaults__ or {}).values()]
+            items += [names[n] for n in obj.__code__.co_names if n in names]
+        elif isinstance(obj, dict):
+            items = list(obj.values())
+        elif isinstance(obj, (tuple, list, set, frozenset)):
+            items = list(obj)
+        else:
+            items = _attributes(obj)
+        todo += [(o, left - 1) for o in items]
+    return found
+
+
+def _full(cell: Any) -> bool:
+    """Whether a closure's cell holds a value."""
+    try:
+        cell.cell_contents  # noqa: B018 (an empty cell raises)
+    except ValueError:
+        return False
+    return True
+
+
+def _attributes(obj: Any) -> list:
+    """The values of `obj`'s attributes: its `__dict__` and `__slots__`."""
+    items = list(getattr(obj, "__dict__", {}).values())
+    for cls in type(obj).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        items += [getattr(obj, n, None) for n in ((slots,) if isinstance(slots, str) else slots)
+                  if n != "__weakref__"]
+    return items
 
 
 def describe(obj: Any) -> str:
