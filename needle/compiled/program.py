@@ -143,8 +143,9 @@ class Program:
             return rec.array(obj, False, "the step's result")
         elif holds_values(obj) and not is_module(obj):
             raise CompileError(
-                f"ndl.compile({rec.name}): the step returns a {type(obj).__name__} holding "
-                "Tensors: a replay rebuilds only tuples, lists, dicts and namedtuples of them "
+                f"ndl.compile({rec.name}): the step returns an object of type "
+                f"{type(obj).__name__} holding Tensors: a replay rebuilds only tuples, lists, "
+                "dicts and namedtuples of them "
                 "(this one would be the first call's every time); return one of those")
         return rec.const(obj)
 
