@@ -3,6 +3,9 @@ course's gradient checks make them, and the course's module-level NDArray functi
 
 from __future__ import annotations
 
+import gc
+import re
+
 import numpy as np
 import pytest
 
@@ -119,10 +122,27 @@ def test_read_only_views_and_bad_values(device):
     parts = ndl.ops.split(x, 0).realize_cached_data()
     with pytest.raises(TypeError, match="read-only"):
         parts[0][0] = 1.0
-    other = ndl.cpu() if device != ndl.cpu() else ndl.strict()
-    with pytest.raises(ValueError, match="move it with .to"):
-        x.realize_cached_data()[0] = nd.array([1.0, 2.0, 3.0], device=other)
+    other = ndl.strict() if device != ndl.strict() else ndl.torch()
+    message = re.escape(f"the value is on {other}, the array on {device}")
+    for value in (nd.array([1.0, 2.0, 3.0], device=other),
+                  ndl.Tensor([1.0, 2.0, 3.0], device=other)):
+        with pytest.raises(ValueError, match=message):
+            x.realize_cached_data()[0] = value
+    with pytest.raises(ValueError, match=r"a value of shape \(2,\) does not broadcast to the "
+                                         r"written part's shape \(1, 3\)"):
+        x.realize_cached_data()[0] = nd.array([1.0, 2.0], device=device)
     np.testing.assert_array_equal(x.numpy(), np.zeros((2, 3)))
+    x.realize_cached_data()[1] = np.array([4.0, 5.0, 6.0])  # host data is copied over
+    x.realize_cached_data()[0, 1:] = nd.array([7.0, 8.0], device=ndl.cpu())
+    np.testing.assert_array_equal(x.numpy(), [[0, 7, 8], [4, 5, 6]])
+    n = ndl.Tensor(np.zeros(3), device=device, dtype="uint8")
+    for bad, match in [(300, "out of the range of uint8"), (-1, "out of the range of uint8"),
+                       (float("nan"), "holds no NaN or infinity")]:
+        with pytest.raises(ValueError, match=match):
+            n.realize_cached_data()[0] = bad
+        with pytest.raises(ValueError, match=match):
+            n.realize_cached_data().fill(bad)
+    np.testing.assert_array_equal(n.numpy(), [0, 0, 0])
 
 
 def test_standalone_ndarrays_take_writes(device):
@@ -152,3 +172,47 @@ def test_the_courses_module_functions(device):
     for got, expected in checks:
         assert type(got) is nd.NDArray and got.device == device
         np.testing.assert_allclose(got.numpy(), expected, rtol=1e-6)
+
+
+def test_a_view_older_than_an_in_place_optimizer_step_is_stale(device):
+    """cpu and torch update parameters in place (the array stays the same object): a view
+    made before the step, written after it, put the old values back."""
+    p = ndl.nn.Parameter(ndl.Tensor(np.zeros((2, 3)), device=device, dtype="float32"))
+    opt = ndl.optim.SGD([p], lr=1.0)
+    p.grad = ndl.Tensor(np.ones((2, 3)), device=device, dtype="float32")
+    opt.step()
+    root = p.realize_cached_data()
+    v = root.permute((1, 0)).reshape((6,))  # a copy of the data on every device
+    opt.step()
+    for view in (v, root):
+        with pytest.raises(RuntimeError, match="stale"):
+            view[0] = 42.0
+    np.testing.assert_array_equal(p.numpy(), np.full((2, 3), -2.0))
+
+
+def test_a_kept_view_does_not_keep_the_graph_alive(device):
+    from needle.autograd import live_values
+
+    x = ndl.Tensor(np.ones((4, 3)), device=device, dtype="float32")
+    w = ndl.nn.Parameter(ndl.Tensor(np.ones((3, 3)), device=device, dtype="float32"))
+    before = live_values()
+    kept = []
+    for _ in range(5):
+        loss = ndl.exp(ndl.tanh(x @ w)).sum()
+        loss.backward(create_graph=False)
+        kept.append(loss.realize_cached_data())
+    del loss
+    gc.collect()
+    assert live_values() - before <= 2  # w.grad; the graphs went with their losses
+    kept[-1][()] = 1.0  # the tensor is gone: the view is its own array
+    assert float(kept[-1].numpy()) == 1.0
+
+
+def test_module_functions_take_raw_arrays_as_an_ops_compute_gets_them(device):
+    raw = device.asarray(np.array([[0.5, 2.0]]), dtype="float32")
+    out = nd.exp(raw)
+    assert device.owns(out) and type(out) is not nd.NDArray  # raw in, raw out
+    np.testing.assert_allclose(device.to_numpy(out), np.exp([[0.5, 2.0]]), rtol=1e-6)
+    np.testing.assert_array_equal(device.to_numpy(nd.reshape(raw, (2, 1))), [[0.5], [2.0]])
+    with pytest.raises(TypeError, match="expected an NDArray or a device's array, got list"):
+        nd.exp([1.0])

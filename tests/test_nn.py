@@ -498,6 +498,8 @@ def test_batch_norm_refuses_eps_0_in_training(device):
         bn(x)
     bn.eval()
     np.testing.assert_allclose(bn(x).numpy(), np.ones((4, 2)), rtol=1e-6)
+    tensor_eps = ndl.Tensor(np.array(1e-5), device=device, dtype="float32")
+    assert nn.BatchNorm1d(2, eps=tensor_eps, device=device)(x).shape == (4, 2)
 
 
 @pytest.mark.parametrize("name", ["normalize", "batch_norm", "dropout"])

@@ -97,6 +97,11 @@ def test_the_courses_state_dicts_u_m_v(device):
             np.testing.assert_allclose(got.numpy(), want, rtol=1e-12)
     assert list(sgd.u) == params
     assert optim.SGD(params, lr=0.1).u == {}  # no momentum, no state (as PyTorch)
+    other = ndl.cpu() if device != ndl.cpu() else ndl.strict()
+    for p in params:  # the state moves at the next step: until then it is on its own device
+        p.data = p.data.to(other)
+    for got in adam.m.values():
+        assert got.device == device and (got + 1.0).device == device
     with pytest.raises(AttributeError, match="'SGD' object has no attribute 'm'"):
         getattr(sgd, "m")  # noqa: B009 (the attribute read is the test)
 

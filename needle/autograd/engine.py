@@ -17,7 +17,7 @@ from typing import Any
 from ..grad_mode import _grad_enabled
 from . import graph
 from .graph import Value, find_topo_sort
-from .modified import check_versions, raise_replaced
+from .modified import REPLACED, check_versions, raise_replaced
 
 _array, _requires_grad = attrgetter("_array"), attrgetter("requires_grad")
 
@@ -39,7 +39,7 @@ class ArrayNode:
     def result(self) -> Any:
         """The op's output array (a RuntimeError once it was replaced, as `Value.result`)."""
         node = self.node
-        if getattr(node, "_replaced", False):
+        if REPLACED and node in REPLACED:
             raise_replaced(node)
         return node._array
 

@@ -12,7 +12,7 @@ from ..backend_ndarray import unwrap as _raw
 from ..backend_ndarray import view as _course_view
 from ..backends import Device, device_of
 from ..grad_mode import _grad_enabled
-from .modified import raise_replaced
+from .modified import REPLACED, raise_replaced
 
 # The version clock: counts in-place changes (optimizer steps, `.data` writes...) of any Value.
 # An op's output is stamped with the clock when made; a changed Value is stamped with the
@@ -92,7 +92,7 @@ class Value:
     # a weak reference to one (intermediate nodes), or an array left by a backward that
     # recorded no graph (wrapped when read).
     __slots__ = ("op", "inputs", "_array", "requires_grad", "device", "_grad",
-                 "_version", "saved", "_arrays", "_replaced", "__weakref__")
+                 "_version", "saved", "_arrays", "__weakref__")
     #: whether the walk running a rule keeps `saved` after it; a rule on a recorded graph
     #: never consumes saved values (an `ArrayNode` says False when the graph is not retained)
     retains = True
@@ -137,7 +137,7 @@ class Value:
     def result(self) -> Value:
         """The node's output, for gradient rules (`out_grad * node.result`): the Value.
         A RuntimeError once its data was replaced (`mark_modified` on a non-leaf)."""
-        if getattr(self, "_replaced", False):
+        if REPLACED and self in REPLACED:
             raise_replaced(self)
         return self
 
@@ -298,7 +298,7 @@ def mark_modified(*values: Value) -> None:
         for value in values:
             value._version = _VERSION_CLOCK
             if value.op is not None:  # an op's output: a rule reading it (`result`) raises
-                value._replaced = True
+                REPLACED.add(value)
     if _TRACER is not None:
         _TRACER.modified(values)
 

@@ -4,6 +4,7 @@ output replaced before its gradient rule read it."""
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -31,9 +32,14 @@ def check_versions(node: Value) -> None:
             )
 
 
+#: op outputs whose data was replaced (`mark_modified` on a non-leaf): a gradient rule reading
+#: one (`node.result`) raises; empty, as it almost always is, the test costs one truth test
+REPLACED: weakref.WeakSet = weakref.WeakSet()
+
+
 def raise_replaced(node: Value) -> None:
     """The RuntimeError for a gradient rule reading the output of `node` after that output
-    was replaced (a `.data` assignment on a non-leaf): the rule would compute with the new
+    was replaced (`mark_modified` on a non-leaf): the rule would compute with the new
     data. Rules that never read their output (a loss averaged across ranks in place, then
     differentiated) are unaffected."""
     data = node._array
@@ -42,6 +48,7 @@ def raise_replaced(node: Value) -> None:
     raise RuntimeError(
         "one of the variables needed for gradient computation has been modified by an "
         f"inplace operation: the output of {name} (needle.{type(node).__name__} of shape "
-        f"{shape}) was replaced (by a .data assignment) after the graph was built, and "
+        f"{shape}) was replaced (by a .data assignment, a write through an NDArray view, an "
+        f"in-place collective) after the graph was built, and "
         f"{name}'s gradient reads it; compute from a copy instead, or run the forward again"
     )

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..backends import cpu, cpu_numpy, cuda, default_device, is_device_array
+from ..backends import cpu, cpu_numpy, cuda, default_device, device_of, is_device_array
 from .course_namespace import CourseNamespace, course_namespace
 from .ndarray import NDArray, array, empty, full, unwrap, view
 
@@ -47,50 +47,59 @@ __all__ = ["array_api", "NDArray", "array", "empty", "full", "broadcast_to", "re
 COURSE_NAMES = ("array_api", "NDArray")
 
 
-# the course's module-level forms of NDArray's methods
-def broadcast_to(array: NDArray, new_shape: tuple[int, ...]) -> NDArray:
+# the course's module-level forms of NDArray's methods: on an NDArray an NDArray, on a
+# device's raw array (what an op's compute gets) a raw array
+def _call(a: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+    if a.__class__ is NDArray:
+        return getattr(a, name)(*args, **kwargs)
+    if is_device_array(a):
+        return getattr(NDArray.view(a, device_of(a)), name)(*args, **kwargs)._array
+    raise TypeError(f"backend_ndarray.{name}: expected an NDArray or a device's array, "
+                    f"got {type(a).__name__}")
+
+
+def broadcast_to(array: Any, new_shape: tuple[int, ...]) -> Any:
     """`array.broadcast_to(new_shape)`."""
-    return array.broadcast_to(new_shape)
+    return _call(array, "broadcast_to", new_shape)
 
 
-def reshape(array: NDArray, new_shape: tuple[int, ...]) -> NDArray:
+def reshape(array: Any, new_shape: tuple[int, ...]) -> Any:
     """`array.reshape(new_shape)`."""
-    return array.reshape(new_shape)
+    return _call(array, "reshape", new_shape)
 
 
-def maximum(a: NDArray, b: Any) -> NDArray:
+def maximum(a: Any, b: Any) -> Any:
     """`a.maximum(b)`."""
-    return a.maximum(b)
+    return _call(a, "maximum", b)
 
 
-def log(a: NDArray) -> NDArray:
+def log(a: Any) -> Any:
     """`a.log()`."""
-    return a.log()
+    return _call(a, "log")
 
 
-def exp(a: NDArray) -> NDArray:
+def exp(a: Any) -> Any:
     """`a.exp()`."""
-    return a.exp()
+    return _call(a, "exp")
 
 
-def tanh(a: NDArray) -> NDArray:
+def tanh(a: Any) -> Any:
     """`a.tanh()`."""
-    return a.tanh()
+    return _call(a, "tanh")
 
 
-def sum(a: NDArray, axis: Any = None, keepdims: bool = False) -> NDArray:  # noqa: A001
+def sum(a: Any, axis: Any = None, keepdims: bool = False) -> Any:  # noqa: A001
     """`a.sum(axis, keepdims)`."""
-    return a.sum(axis=axis, keepdims=keepdims)
+    return _call(a, "sum", axis=axis, keepdims=keepdims)
 
 
-def flip(a: NDArray, axes: Any) -> NDArray:
+def flip(a: Any, axes: Any) -> Any:
     """`a.flip(axes)`."""
-    return a.flip(axes)
+    return _call(a, "flip", axes)
 
 
 def _resolve(name: str) -> Any:
     if name == "array_api":
-
         return course_namespace(default_device().xp)
     return NDArray
 

@@ -4,6 +4,7 @@ like the course's arrays and write through to the tensor (see the package docstr
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any, Callable
 
 from ..backends import Device, default_device, device_of, is_device_array
@@ -56,14 +57,17 @@ class NDArray(metaclass=_AnyDeviceArray):
     NDArrays and device arrays, else the default device).
     """
 
-    # a view made from another array (`_parent`: an NDArray, or the Value whose data it
-    # shows) writes through to it: `_link(parent's array, new)` is the parent's new array,
-    # and `_src` the parent's array this view was made from (any other means a stale view)
-    __slots__ = ("_array", "device", "_parent", "_src", "_link")
+    # A view made from another NDArray (`_parent`) writes through to it: `_link(parent's
+    # array, new)` is the parent's new array, `_src` the parent's array the view was made
+    # from (any other: a stale view). Views of a Value's data (`_owner`, a weak reference:
+    # a kept view does not keep the graph alive) write to it in the end; `_ver` is the
+    # Value's version they show (an optimizer step in place or a .data write since: stale).
+    __slots__ = ("_array", "device", "_parent", "_src", "_link", "_owner", "_ver")
 
     def __init__(self, other: Any, device: Device | None = None):
         made = array(other, dtype="float32", device=device)
-        self._array, self.device, self._parent, self._link = made._array, made.device, None, None
+        self._array, self.device = made._array, made.device
+        self._parent = self._link = self._owner = None
 
     @classmethod
     def view(cls, data: Any, device: Device, parent: Any = None,
@@ -74,8 +78,11 @@ class NDArray(metaclass=_AnyDeviceArray):
         out._array = data
         out.device = device
         out._parent = parent
-        out._src = None if parent is None else parent._array
         out._link = link
+        if parent is None:
+            out._owner = out._ver = None
+        else:
+            out._src, out._owner, out._ver = parent._array, parent._owner, parent._ver
         return out
 
     # ----- what the array is --------------------------------------------------------------
@@ -195,19 +202,45 @@ class NDArray(metaclass=_AnyDeviceArray):
                             lambda a, new: self._written(a, index, new))
 
     def __setitem__(self, idxs: Any, other: Any) -> None:
-        """Write `other` (an NDArray, a device array or a number) at `idxs`."""
-        value = unwrap(other)
-        if is_device_array(value):
-            if device_of(value) != self.device:
-                raise ValueError(f"NDArray write: the value is on {device_of(value)}, the "
-                                 f"array on {self.device}; move it with .to()")
-        else:
-            value = self.device.asarray(value, dtype=self._array.dtype)
-        self._assign(self._written(self._array, self._index(idxs), value))
+        """Write `other` (an NDArray, a Tensor, a device or host array, a number) at `idxs`."""
+        self._assign(self._written(self._array, self._index(idxs), self._value(other)))
 
     def fill(self, value: Any) -> None:
         """Set every element to the number `value`."""
-        self._assign(self.device.full(self._array.shape, value, dtype=self._array.dtype))
+        self._assign(self.device.full(self._array.shape, self._number(value),
+                                      dtype=self._array.dtype))
+
+    def _value(self, other: Any) -> Any:
+        """`other` as an array of this device: host data (numpy's) is copied over, another
+        device's array is a ValueError, as in arithmetic."""
+        if other.__class__ is NDArray:
+            value, source = other._array, other.device
+        elif hasattr(other, "_realize") and isinstance(getattr(other, "device", None), Device):
+            value, source = other._realize(), other.device  # a Tensor
+        elif is_device_array(other):
+            value, source = other, device_of(other)
+        else:
+            return self.device.asarray(self._number(other), dtype=self._array.dtype)
+        if source != self.device:
+            if source.kind != "cpu":
+                raise ValueError(f"NDArray write: the value is on {source}, the array on "
+                                 f"{self.device}; move it with .to({self.device})")
+            value = self.device.asarray(value)  # host data
+        return value
+
+    def _number(self, value: Any) -> Any:
+        """A Python number written into this array: a ValueError where the dtype cannot hold
+        it (an int out of an integer dtype's range, NaN or inf into integers), as numpy's."""
+        from ..ops.scalar import int_operand, int_range
+
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return value
+        if isinstance(value, int):
+            return int_operand("NDArray write", self._array, value)
+        if int_range(self._array) is not None and not math.isfinite(value):
+            raise ValueError(f"NDArray write: {value} into an array of dtype {self.dtype}, "
+                             "which holds no NaN or infinity")
+        return value
 
     def _index(self, idxs: Any) -> tuple:
         from ..ops.movement import normalize_index
@@ -222,29 +255,37 @@ class NDArray(metaclass=_AnyDeviceArray):
         xp = self.device.xp
         index, flips = forward_steps(index, tuple(a.shape))
         picked = tuple(len(range(*i.indices(n))) for i, n in zip(index, a.shape))
-        value = xp.broadcast_to(xp.astype(value, a.dtype), picked + tuple(a.shape[len(index):]))
+        target = picked + tuple(a.shape[len(index):])
+        try:
+            value = xp.broadcast_to(xp.astype(value, a.dtype), target)
+        except (ValueError, RuntimeError, TypeError) as e:
+            raise ValueError(f"NDArray write: a value of shape {tuple(value.shape)} does not "
+                             f"broadcast to the written part's shape {target}") from e
         if flips:
             value = xp.flip(value, axis=flips)
         return write_at(xp, xp.asarray(a, copy=True), index, value)
 
     def _assign(self, new: Any) -> None:
-        """`new` becomes this view's array and, through `_link`, its parent's."""
+        """`new` becomes this view's array and, through `_link`, its parent's (in the end the
+        data of the Value it shows, marked modified)."""
         parent, link = self._parent, self._link
         if link is READ_ONLY:
             raise TypeError("this NDArray is read-only (a broadcast_to view or a part of a "
                             "TensorTuple): write to the array it came from")
+        owner = None if self._owner is None else self._owner()
+        if (owner is not None and owner._version != self._ver) or (
+                parent is not None and parent._array is not self._src):
+            raise RuntimeError(
+                "this NDArray view is stale: the data it was made from has changed since "
+                "(another view's write, a .data assignment, an optimizer step); take a new "
+                "view (tensor.realize_cached_data()) and write to that")
         if parent is not None:
-            current = parent._array
-            if current is not self._src:
-                raise RuntimeError(
-                    "this NDArray view is stale: the array it was made from has changed "
-                    "since (another view's write, a .data assignment, an optimizer step); "
-                    "take a new view (tensor.realize_cached_data()) and write to that")
-            if link is None:
-                parent._write_array(new)  # a Value's data: marked modified
-            else:
-                parent._assign(link(current, new))
+            parent._assign(link(parent._array, new))
             self._src = parent._array
+        elif owner is not None:
+            owner._write_array(new)
+        if owner is not None:
+            self._ver = owner._version
         self._array = new
 
     # ----- arithmetic: the library's operators on the raw arrays ----------------------------
@@ -313,7 +354,9 @@ def view(value: Any) -> Any:
         return None
     if data.__class__ is tuple:
         return tuple(NDArray.view(d, value.device, None, READ_ONLY) for d in data)
-    return NDArray.view(data, value.device, value)
+    out = NDArray.view(data, value.device)
+    out._owner, out._ver = weakref.ref(value), value._version
+    return out
 
 
 def unwrap(data: Any) -> Any:
@@ -340,7 +383,7 @@ def array(a: Any, dtype: Any = "float32", device: Device | None = None) -> NDArr
 
 
 def empty(shape: tuple[int, ...], dtype: Any = "float32", device: Device | None = None) -> NDArray:
-    """A new NDArray of `shape` (zero-filled) on `device` (the default device when None)."""
+    """A new NDArray of `shape` on `device` (the default when None); its values are not set."""
     device = default_device() if device is None else device
     return NDArray.view(device.empty(shape, dtype=dtype), device)
 

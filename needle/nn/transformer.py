@@ -58,8 +58,9 @@ class MultiHeadAttention(Module):
 
     def create_causal_mask(self, i: int, j: int, device: Device, dtype: Any = "float32"
                            ) -> Tensor:
-        """(1, 1, i, j): -float32 max where a key comes after its query, 0 elsewhere: the
-        course's -max * triu(ones, j - i + 1), the i queries being the last i of the j keys."""
+        """(1, 1, i, j): -float32 max (float16: -65504) where a key comes after its query, 0
+        elsewhere: the course's -max * triu(ones, j - i + 1), the i queries being the last i
+        of the j keys."""
         xp = device.xp
         at = device.native
         dtype = getattr(xp, dtype) if isinstance(dtype, str) else dtype

@@ -195,9 +195,9 @@ class BatchNorm(_AffineNorm):
     def __init__(self, eps: float = 1e-5):
         # PyTorch's rule: with eps 0 a constant channel is 0/0, which torch's kernel makes 0
         # and the others NaN
-        if not eps > 0:
-            raise ValueError(f"batch_norm: eps must be positive in training, got {eps}")
         super().__init__(eps)
+        if not self.eps > 0:
+            raise ValueError(f"batch_norm: eps must be positive in training, got {self.eps}")
 
     @staticmethod
     def param_axis(ndim: int) -> int:

@@ -108,11 +108,11 @@ def _sigmoid_formula(x):
 
 
 def _sigmoid_exact(x):
-    """1 / (1 + e^-x) as (1 or e) / (1 + e) with e = e^-|x|: never overflows, and keeps its
-    relative accuracy in the negative tail (the tanh form rounds sigmoid(-20) to 0 in float32)."""
+    """1 / (1 + e^-x) as e^min(x, 0) / (1 + e^-|x|): never overflows, and keeps its relative
+    accuracy in the negative tail (the tanh form rounds sigmoid(-20) to 0 in float32); no
+    data-dependent `where`, which costs more than the second exp."""
     xp = namespace(x)
-    e = xp.exp(-xp.abs(x))
-    return xp.where(x >= 0, xp.ones_like(e), e) / (1 + e)
+    return xp.exp(xp.minimum(x, 0)) / (1 + xp.exp(-xp.abs(x)))
 
 
 class Sigmoid(TensorOp):

@@ -9,7 +9,7 @@ from typing import Any, Iterable, Mapping
 
 from ..autograd import Tensor, graph, mark_modified
 from ..autograd.graph import replayed
-from ..backends import namespace
+from ..backends import device_of, namespace
 from ..kernels import Kernel
 
 
@@ -121,7 +121,7 @@ class Optimizer:
         (Adam): {parameter: Tensor} for the parameters that have the entry (SGD keeps no
         `u` at momentum 0, as PyTorch), a snapshot whose Tensors share the state's arrays."""
         if name in type(self).state_names and "state" in self.__dict__:
-            return {self.params[i]: Tensor.make_const(entry[name], device=self.params[i].device)
+            return {self.params[i]: Tensor.make_const(entry[name], device=device_of(entry[name]))
                     for i, entry in sorted(self.state.items()) if name in entry}
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
