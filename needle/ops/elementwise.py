@@ -15,6 +15,7 @@ from .dtypes import (
 )
 from .movement import reshape, sum_to_shape
 from .reduce import summation
+from .scalar import check_int_exponents
 from .unary import log
 
 
@@ -198,6 +199,7 @@ class EWisePow(PromotingOp):
 
     def compute(self, a, b):
         check_broadcast("power", a, b)
+        check_int_exponents("power", b)
         return namespace(a).pow(a, b)
 
     def gradient(self, out_grad, node):

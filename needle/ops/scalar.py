@@ -201,6 +201,22 @@ def negative_power_error(a: Any, scalar: int) -> TypeError:
                      "ndl.ops.astype(x, \"float32\")")
 
 
+def check_int_exponents(op: str, b: Any) -> None:
+    """ValueError where the integer exponents `b` hold a negative entry, on every device
+    (numpy's rule: the results are fractions; torch and jax gave 2 ** -1 = 0). One read of
+    the device; deferred to its next read on an accelerator."""
+    if int_range(b) is None:
+        return
+    xp, device = namespace(b), device_of(b)
+    bad = xp.any(b < 0)
+    message = (f"{op}: an integer tensor to negative integer powers (the results are "
+               "fractions); convert the tensors first, e.g. with ndl.ops.astype(x, \"float32\")")
+    if device.defers_checks:
+        device.defer_check(bad, lambda: message)
+    elif bool(bad):
+        raise ValueError(message)
+
+
 def power_scalar(a: Tensor, scalar: Any) -> Tensor:
     """a ** scalar."""
     return PowerScalar(scalar)(a)
@@ -214,6 +230,8 @@ class RPowerScalar(TensorOp):
         self.scalar = int(scalar) if scalar.__class__ is bool else scalar  # True: 1
 
     def compute(self, a):
+        if self.scalar.__class__ is int:
+            check_int_exponents("rpower_scalar", a)
         try:
             out = int_operand("rpower_scalar", a, self.scalar) ** a
         except TypeError:  # strict refuses what the others promote
