@@ -623,6 +623,51 @@ def test_a_user_ops_broadcast_adjoint_is_summed_back_to_its_inputs_shape(device,
     assert not _BroadcastPlus.adjoints_fit and ndl.ops.EWiseAdd.adjoints_fit
 
 
+class _CourseMatMul(ndl.autograd.TensorOp):
+    """A student's batched MatMul as the course writes it: the rule uses Tensor methods
+    (`transpose()` swaps the last two axes; a raw array's would reverse them all)."""
+
+    def compute(self, a, b):
+        return a @ b
+
+    def gradient(self, out_grad, node):
+        lhs, rhs = node.inputs
+        return out_grad @ rhs.transpose(), lhs.transpose() @ out_grad
+
+
+class _CourseReLU(ndl.autograd.TensorOp):
+    def compute(self, a):
+        xp = ndl.backends.namespace(a)
+        return xp.where(a > 0, a, xp.zeros_like(a))
+
+    def gradient(self, out_grad, node):  # reads the node's data as course code does
+        mask = node.realize_cached_data().numpy() > 0
+        return out_grad * ndl.Tensor(mask, device=out_grad.device, dtype=out_grad.dtype)
+
+
+def test_a_user_ops_rule_gets_tensors_without_a_graph_too(device):
+    """backward(create_graph=False) ran every rule on raw arrays: a course-style rule crashed
+    (no realize_cached_data on the node) or, with a raw array's transpose, gave wrong
+    gradients silently (train_ptb and evaluate use that backward)."""
+    rng = np.random.default_rng(0)
+    a, b = (ndl.Tensor(rng.standard_normal((2, 3, 3)), device=device) for _ in range(2))
+    grads = []
+    for create_graph in (True, False):
+        _CourseReLU()(_CourseMatMul()(a, b)).sum().backward(create_graph=create_graph)
+        grads.append((a.grad.numpy(), b.grad.numpy()))
+    ones = np.ones((2, 3, 3))
+    mask = (a.numpy() @ b.numpy() > 0).astype(np.float32)
+    np.testing.assert_allclose(grads[0][0], (mask * ones) @ b.numpy().swapaxes(1, 2), rtol=1e-5)
+    for got, want in zip(grads[1], grads[0]):
+        np.testing.assert_array_equal(got, want)
+    assert not _CourseMatMul.array_rules and ndl.ops.EWiseAdd.array_rules
+
+    class Renamed(ndl.ops.EWiseAdd):  # a subclass that keeps needle's rule keeps its arrays
+        pass
+
+    assert Renamed.array_rules
+
+
 def test_a_backward_that_frees_the_graph_lets_the_cross_entropy_reuse_its_exponentials(
         device, monkeypatch):
     """Not retained (create_graph=False's default): the gradient may be written over the

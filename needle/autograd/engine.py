@@ -58,6 +58,15 @@ class ArrayNode:
         return self.node.device
 
 
+def _tensor_rule(op: Any, grad: Any, node: Value) -> tuple:
+    """A user op's rule, written with Tensors as the course's are (`node.inputs[0].numpy()`,
+    `out_grad.transpose()`), run on Tensors with no graph recorded: its adjoints' arrays."""
+    parts = op.gradient(node.__class__.make_const(grad, device=node.device), node)
+    if parts.__class__ is not tuple:
+        parts = tuple(parts) if isinstance(parts, list) else (parts,)
+    return tuple(None if p is None else p._array if isinstance(p, Value) else p for p in parts)
+
+
 def backward(output: Value, out_grad: Any, retain_graph: bool = True) -> None:
     """Set `.grad` of every value `output` depends on, for the adjoint `out_grad` of `output`
     (a Tensor while grad mode is on, else a raw array). Without `retain_graph`, each node's
@@ -101,10 +110,13 @@ def backward(output: Value, out_grad: Any, retain_graph: bool = True) -> None:
             parts = op.gradient(grad, node)
         else:
             node._grad = grad  # an array (or a tuple): `Value.grad` wraps it when read
-            view.node = node  # the one view, now of this node
-            arrays = node._arrays
-            view.inputs = tuple(map(_array, node.inputs)) if arrays is None else arrays
-            parts = op.gradient(grad, view)
+            if op.array_rules:
+                view.node = node  # the one view, now of this node
+                arrays = node._arrays
+                view.inputs = tuple(map(_array, node.inputs)) if arrays is None else arrays
+                parts = op.gradient(grad, view)
+            else:
+                parts = _tensor_rule(op, grad, node)
         if not retain_graph:
             node.saved = None  # (the memory PyTorch frees too; a rule that runs again recomputes)
         if parts.__class__ is not tuple:  # what gradient_as_tuple does, inlined

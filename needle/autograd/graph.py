@@ -45,10 +45,15 @@ class Op:
     #: op table checks each one): the engine then skips its per-edge shape check, a safety
     #: net that sums a user op's broadcast adjoint back to its input's shape
     adjoints_fit = False
+    #: whether `gradient` runs on raw arrays when no graph is recorded (needle's rules);
+    #: a rule of your own always gets Tensors, as the course's do (run with no graph kept)
+    array_rules = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls.adjoints_fit = cls.__module__.startswith("needle.")
+        if "gradient" in cls.__dict__:
+            cls.array_rules = cls.adjoints_fit
 
     def __call__(self, *args: Value) -> Value:
         raise NotImplementedError()
