@@ -128,7 +128,7 @@ def test_read_only_views_and_bad_values(device):
                   ndl.Tensor([1.0, 2.0, 3.0], device=other)):
         with pytest.raises(ValueError, match=message):
             x.realize_cached_data()[0] = value
-    with pytest.raises(ValueError, match=r"a value of shape \(2,\) does not broadcast to the "
+    with pytest.raises(ValueError, match=r"a value of shape \(2,\) does not fit the "
                                          r"written part's shape \(1, 3\)"):
         x.realize_cached_data()[0] = nd.array([1.0, 2.0], device=device)
     np.testing.assert_array_equal(x.numpy(), np.zeros((2, 3)))
@@ -143,6 +143,23 @@ def test_read_only_views_and_bad_values(device):
         with pytest.raises(ValueError, match=match):
             n.realize_cached_data().fill(bad)
     np.testing.assert_array_equal(n.numpy(), [0, 0, 0])
+
+
+def test_a_value_of_the_same_size_is_written_in_the_parts_shape(device):
+    """The course's Stack writes out[:, i:i+1, :] = a (3, 4) array into a (3, 1, 4) part: its
+    NDArray takes any value of the part's size, in order."""
+    out = nd.full((3, 2, 4), 0.0, device=device)
+    part = np.arange(12.0, dtype=np.float32).reshape(3, 4)
+    out[:, 1:2, :] = nd.array(part, device=device)
+    np.testing.assert_array_equal(out.numpy()[:, 1, :], part)
+    np.testing.assert_array_equal(out.numpy()[:, 0, :], np.zeros((3, 4)))
+
+
+def test_one_element_ndarrays_are_operands_as_numbers(device):
+    """Course code's `z - max_z` with axes=None (a (1, 1) NDArray) raised AttributeError."""
+    x = ndl.Tensor(np.arange(12.0).reshape(3, 4), device=device, dtype="float32")
+    m = x.realize_cached_data().max(None, keepdims=True)
+    np.testing.assert_array_equal((x - m).numpy(), np.arange(12.0).reshape(3, 4) - 11)
 
 
 def test_standalone_ndarrays_take_writes(device):

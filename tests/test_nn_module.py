@@ -314,3 +314,16 @@ def test_deepcopy_and_pickle_keep_buffers_separate(device):
     np.testing.assert_array_equal(copied.running_mean.numpy(), [1.0, 2.0])
     copied(T(np.ones((2, 2)), device))  # updates the copy's statistics only
     np.testing.assert_array_equal(bn.running_mean.numpy(), [1.0, 2.0])
+
+
+def test_a_parameter_is_true_as_in_the_course(device):
+    """Course code tests `if self.bias:`; a Tensor's truth is PyTorch's (its value, or an
+    error for several elements), which skipped a one-element bias of 0 (Linear(n, 1)) and
+    raised for the others. A Parameter is always true, as the course's Tensors are."""
+    for shape in ((1, 1), (1, 4)):
+        bias = ndl.nn.Parameter(ndl.init.zeros(*shape, device=device))
+        assert bias
+    with pytest.raises(RuntimeError, match="ambiguous"):
+        bool(ndl.init.zeros(1, 4, device=device))
+    assert not ndl.init.zeros(1, 1, device=device)
+

@@ -14,6 +14,11 @@ class Parameter(Tensor):
 
     __slots__ = ()
 
+    def __bool__(self) -> bool:
+        """True, as the course's (its Tensors define no truth): `if self.bias:` tests that a
+        layer has a bias; a one-element bias of 0 (Linear(n, 1)) is not skipped."""
+        return True
+
 
 def check_size(owner: str, name: str, value: Any) -> int:
     """`value` as an int >= 1: a TypeError for non-integers (bools too), ValueError below 1."""

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..autograd.graph import array_function, array_of
 from ..autograd.tensor import Tensor, TensorOp, constant_like
+from ..backend_ndarray import unwrap
 from ..backends import device_of, namespace
 from .dtypes import check_scalar_result, scalar_error
 
@@ -39,7 +40,8 @@ def as_scalar(value: Any, op: str = "scalar op") -> int | float | bool:
 
 
 def _item(array: Any) -> int | float | bool | complex:
-    """The Python number in a one-element array of any namespace."""
+    """The Python number in a one-element array of any namespace (or an NDArray view)."""
+    array = unwrap(array)
     if hasattr(array, "item"):
         return array.item()
     xp = array.__array_namespace__()
