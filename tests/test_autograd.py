@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import needle as ndl
+import needle.backend_ndarray as nd
 from needle import autograd
 from needle.testing import check_gradients
 
@@ -732,3 +733,33 @@ def test_arrays_of_several_elements_are_constant_operands(device):
         with pytest.raises(ValueError, match="operand on"):
             x + other.asarray(z, dtype="float32")
     assert (x * np.array([2.0])).shape == (2, 3)  # one element: the scalar op, as before
+
+
+class _ReturnsHostArray(ndl.autograd.TensorOp):
+    def compute(self, a):
+        return np.ones(tuple(a.shape), dtype=np.float32)
+
+    def gradient(self, out_grad, node):
+        return out_grad
+
+
+class _ReturnsNDArray(ndl.autograd.TensorOp):
+    def compute(self, a):  # as the course's NDArray-backend ops return
+        return nd.full(tuple(a.shape), 2.0, device=ndl.backends.device_of(a))
+
+    def gradient(self, out_grad, node):
+        return out_grad
+
+
+def test_what_a_user_ops_compute_returns_is_checked(device):
+    """A numpy array returned on torch was stored in the Tensor and failed much later
+    (KeyError: dtype('float32')); an NDArray is taken as its array."""
+    x = ndl.Tensor(np.zeros(3), device=device, dtype="float32")
+    np.testing.assert_array_equal(_ReturnsNDArray()(x).numpy(), [2.0, 2.0, 2.0])
+    assert device.owns(_ReturnsNDArray()(x)._realize())
+    if device.kind == "cpu":
+        np.testing.assert_array_equal(_ReturnsHostArray()(x).numpy(), [1.0, 1.0, 1.0])
+    else:
+        with pytest.raises(TypeError, match=rf"_ReturnsHostArray.compute returned ndarray for "
+                                            rf"inputs on {re.escape(str(device))}"):
+            _ReturnsHostArray()(x)

@@ -13,6 +13,7 @@ from ..backend_ndarray import view as _course_view
 from ..backends import Device, device_of
 from ..grad_mode import _grad_enabled
 from .modified import REPLACED, raise_replaced
+from .tensor_checks import checked_compute
 
 # The version clock: counts in-place changes (optimizer steps, `.data` writes...) of any Value.
 # An op's output is stamped with the clock when made; a changed Value is stamped with the
@@ -54,6 +55,8 @@ class Op:
         cls.adjoints_fit = cls.__module__.startswith("needle.")
         if "gradient" in cls.__dict__:
             cls.array_rules = cls.adjoints_fit
+        if "compute" in cls.__dict__ and not cls.adjoints_fit:
+            cls.compute = checked_compute(cls.__dict__["compute"])
 
     def __call__(self, *args: Value) -> Value:
         raise NotImplementedError()

@@ -1,10 +1,12 @@
-"""What a Tensor checks in what users hand it: a `.grad`, backward()'s `out_grad`, and an
-array given to its arithmetic operators (each a ValueError or TypeError naming both sides)."""
+"""What a Tensor checks in what users hand it: a `.grad`, backward()'s `out_grad`, an array
+given to its arithmetic operators, what a user op's `compute` returns (each a ValueError or
+TypeError naming both sides)."""
 
 from __future__ import annotations
 
+import functools
 from math import prod
-from typing import Any
+from typing import Any, Callable
 
 from ..backend_ndarray import unwrap
 from ..backends import device_of, is_device_array
@@ -57,3 +59,29 @@ def array_operand(tensor: Any, other: Any) -> Any:
         raise ValueError(f"an operand on {where} for a tensor on {device}: move it with .to() "
                          "or the device's asarray")
     return device.asarray(raw, dtype=tensor._array.dtype)
+
+
+def checked_compute(compute: Callable) -> Callable:
+    """A user op's `compute` whose result must be arrays of its inputs' device: an NDArray is
+    taken as its array (the course's ops return them), another device's or library's array
+    is a TypeError now, not a failure later (a numpy array in a torch tensor)."""
+
+    @functools.wraps(compute)
+    def checked(self: Any, *arrays: Any) -> Any:
+        out = unwrap(compute(self, *arrays))
+        first = arrays[0] if arrays else None
+        if first.__class__ is tuple:
+            first = first[0] if first else None
+        if first is None or not is_device_array(first):
+            return out
+        device = device_of(first)
+        for part in out if out.__class__ is tuple else (out,):
+            if not (is_device_array(part) and device.owns(part)):
+                raise TypeError(
+                    f"{type(self).__name__}.compute returned {type(part).__name__} for inputs "
+                    f"on {device}: return arrays of the inputs' device, made with their "
+                    "namespace (ndl.backends.namespace(a)) or the device (device.asarray)")
+        return out
+
+    return checked
+
