@@ -176,19 +176,22 @@ class CUDADevice(Device):
             self._launchers[name, dtype] = launcher
         return launcher
 
+    own_generator = True
+
     def _new_generator(self, seed: int) -> list[int]:
         """[seed, offset]: a counter-based generator (splitmix.splitmix_uniform), whose state
         a checkpoint holds exactly."""
         return [seed % 2**64, 0]
 
-    def rng_state(self) -> np.ndarray:
-        """(seed, offset) as uint64."""
-        return np.array(self.generator(), dtype=np.uint64)
+    def rng_state(self) -> np.ndarray | None:
+        """(seed, offset) as uint64; None while it would come from numpy's state."""
+        generator = self._generator_for_state(restoring=False)
+        return None if generator is None else np.array(generator, dtype=np.uint64)
 
     def set_rng_state(self, state: np.ndarray) -> None:
         """Restore a state `rng_state` gave."""
         seed, offset = (int(v) for v in np.asarray(state, dtype=np.uint64))
-        self.generator()[:] = [seed, offset]
+        self._generator_for_state(restoring=True)[:] = [seed, offset]
 
     def random(self, shape: tuple[int, ...]) -> Any:
         """float32 uniform draws made on this GPU by one kernel (splitmix.splitmix_uniform);

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Callable
 
 import numpy as np
@@ -80,8 +81,9 @@ class Device(Layout, DLPackExchange):
         if self._xp is None:
             if not self.enabled():
                 raise RuntimeError(self.unavailable_reason())
-            self._xp, self._native = self._load()
-            self._build_dtype_table()
+            xp, self._native = self._load()
+            self._build_dtype_table(xp)
+            self._xp = xp  # last: another thread seeing it finds the dtype table built
 
     def unavailable_reason(self) -> str:
         """Why this device cannot be used here (empty when it can): `_probe`, run once."""
@@ -109,9 +111,9 @@ class Device(Layout, DLPackExchange):
         return self._native
 
     # ----- dtypes ---------------------------------------------------------------------
-    def _build_dtype_table(self) -> None:
+    def _build_dtype_table(self, xp: Any) -> None:
         for name in DTYPE_NAMES:
-            native = getattr(self._xp, name, None)
+            native = getattr(xp, name, None)
             if native is not None:
                 self._dtypes[(str, name)] = native
                 self._dtypes[(type(native), native)] = native
@@ -186,13 +188,21 @@ class Device(Layout, DLPackExchange):
         return self.adopt_numpy(np.asarray(np.random.randn(*shape)))
 
     # ----- random numbers during training: the device's own generator ------------------
+    #: whether the device draws from a generator of its own (else numpy's global state)
+    own_generator = False
+
     def manual_seed(self, seed: int) -> None:
-        """Seed this device's training generator with `seed` (made afresh at the next draw)."""
-        self._seed, self._generator = int(seed), None
+        """Seed this device's training generator with `seed` (made afresh at the next draw;
+        numpy's global state where that is the device's generator)."""
+        seed = operator.index(seed)  # (TypeError for 1.7 or "3")
+        if not self.own_generator:
+            np.random.seed(seed)
+        self._seed, self._generator = seed, None
 
     def generator(self) -> Any:
-        """The training generator, seeded on first use by `manual_seed`'s seed or else from
-        numpy's global state (so `np.random.seed(k)` also fixes it)."""
+        """The training generator, made at its first use from `manual_seed`'s seed or else
+        from a draw of numpy's global state at that moment (so `np.random.seed(k)` fixes
+        it when set before that first use)."""
         if self._generator is None:
             self._require()
             seed = self._seed
@@ -210,6 +220,17 @@ class Device(Layout, DLPackExchange):
         """The training generator's state as a host array, for checkpoints (None where the
         generator is numpy's global state, saved on its own, or cannot be read)."""
         return None
+
+    def _generator_for_state(self, restoring: bool) -> Any:
+        """The generator whose state is read or restored, made without a draw of numpy's
+        global state (a checkpoint must not change the data order): None to read where it
+        would still come from numpy's state (which the checkpoint holds)."""
+        if self._generator is None and self._seed is None:
+            if not restoring:
+                return None
+            self._require()
+            self._generator = self._new_generator(0)  # its state is replaced at once
+        return self.generator()
 
     def set_rng_state(self, state: np.ndarray) -> None:
         """Restore a state `rng_state` gave."""
@@ -308,6 +329,8 @@ class Device(Layout, DLPackExchange):
         xp = self.xp  # raises RuntimeError with the reason when the device is unavailable
         dt = self.dtype(dtype)
         if self.owns(obj):
+            if dt is None:
+                self.dtype(obj.dtype)  # TypeError for a dtype needle does not hold (bfloat16)
             if dt is None or obj.dtype == dt:
                 return xp.asarray(obj, copy=True)
             return xp.astype(obj, dt)  # a copy

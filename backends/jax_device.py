@@ -15,6 +15,7 @@ outside 32 bits raise a ValueError rather than wrap.
 from __future__ import annotations
 
 import sys
+import threading
 import types
 from typing import Any
 
@@ -83,7 +84,7 @@ class JaxDevice(Device):
         self.x64 = x64_enabled()
         return jax_namespace(self.x64, full_precision_default(jax)), _find(jax, self.index)
 
-    def _build_dtype_table(self) -> None:
+    def _build_dtype_table(self, xp: Any) -> None:
         # jax's dtypes are numpy's: use np.dtype objects, which compare equal to names
         for name in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                      "uint64", "float16", "float32", "float64", "complex64", "complex128"):
@@ -103,27 +104,35 @@ class JaxDevice(Device):
             raise
 
     # ----- random numbers during training --------------------------------------------
+    own_generator = True
+
     def _new_generator(self, seed: int) -> Any:
         """[key]: a jax PRNG key on this device, replaced by its successor at every draw."""
         jax = self._jax
         return [jax.device_put(jax.random.key(seed), self._native)]
 
-    def rng_state(self) -> np.ndarray:
-        """The current key's data (uint32)."""
-        key = self.generator()[0]
-        return np.array(self._jax.random.key_data(key))
+    def rng_state(self) -> np.ndarray | None:
+        """The current key's data (uint32); None while it would come from numpy's state."""
+        holder = self._generator_for_state(restoring=False)
+        return None if holder is None else np.array(self._jax.random.key_data(holder[0]))
 
     def set_rng_state(self, state: np.ndarray) -> None:
         """Restore a state `rng_state` gave."""
-        holder = self.generator()
+        holder = self._generator_for_state(restoring=True)
         jax = self._jax
-        key = jax.random.wrap_key_data(jax.numpy.asarray(np.asarray(state, dtype=np.uint32)))
+        data = np.asarray(state, dtype=np.uint32)
+        if data.shape != np.shape(jax.random.key_data(holder[0])):
+            raise ValueError(f"{self}: not a state of this device's generator (a key of "
+                             f"shape {data.shape})")
+        key = jax.random.wrap_key_data(jax.numpy.asarray(data))
         holder[0] = jax.device_put(key, self._native)
 
     def random(self, shape: tuple[int, ...]) -> Any:
-        """float32 uniform draws made on this jax device from its key (split at each draw)."""
+        """float32 uniform draws made on this jax device from its key (split at each draw;
+        one thread at a time, so no two draws share a key)."""
         holder = self.generator()
-        holder[0], draws = _draw(self._jax)(holder[0], tuple(shape))
+        with _DRAW_LOCK:
+            holder[0], draws = _draw(self._jax)(holder[0], tuple(shape))
         return draws
 
     # ----- conversion ------------------------------------------------------------------
@@ -190,6 +199,7 @@ class JaxDevice(Device):
 
 
 _DRAW: list[Any] = []
+_DRAW_LOCK = threading.Lock()  # a draw reads the key and stores its successor
 
 
 def _draw(jax: Any) -> Any:

@@ -32,8 +32,8 @@ class StrictDevice(Device):
 
         return xp, xp.Device(STRICT_DEVICES[self.index])
 
-    def _build_dtype_table(self) -> None:
-        super()._build_dtype_table()
+    def _build_dtype_table(self, xp: Any) -> None:
+        super()._build_dtype_table(xp)
         self._public = {
             native: np.dtype(key[1]) for key, native in self._dtypes.items() if key[0] is str
         }

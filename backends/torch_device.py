@@ -63,8 +63,8 @@ class TorchDevice(Device):
         """False on MPS, which has no 64-bit floats."""
         return self.index != "mps"
 
-    def _build_dtype_table(self) -> None:
-        super()._build_dtype_table()
+    def _build_dtype_table(self, xp: Any) -> None:
+        super()._build_dtype_table(xp)
         if not self.has_float64:
             for name in NARROWER:
                 native = self._dtypes.pop((str, name), None)
@@ -87,23 +87,40 @@ class TorchDevice(Device):
         return self._public[native]
 
     # ----- random numbers during training --------------------------------------------
-    def _new_generator(self, seed: int) -> Any:
-        """A torch.Generator of this torch device (torch.manual_seed leaves it alone)."""
-        return self._torch.Generator(device=self._native).manual_seed(seed)
+    own_generator = True
 
-    def rng_state(self) -> np.ndarray:
-        """The torch.Generator's state (bytes)."""
-        return self.generator().get_state().numpy().copy()
+    def _new_generator(self, seed: int) -> Any:
+        """A torch.Generator of this torch device (torch.manual_seed leaves it alone), seeded
+        with a hash of `seed`: torch's cpu generator is numpy's MT19937, and seeded with the
+        same number its draws would be numpy's (the Dropout masks a function of the weights)."""
+        return self._torch.Generator(device=self._native).manual_seed(_mix64(seed))
+
+    def rng_state(self) -> np.ndarray | None:
+        """The torch.Generator's state (bytes); None while it would come from numpy's state."""
+        generator = self._generator_for_state(restoring=False)
+        return None if generator is None else generator.get_state().numpy().copy()
 
     def set_rng_state(self, state: np.ndarray) -> None:
         """Restore a state `rng_state` gave."""
-        self.generator().set_state(self._torch.from_numpy(np.asarray(state, dtype=np.uint8)))
+        generator = self._generator_for_state(restoring=True)  # (loads the device)
+        state = self._torch.from_numpy(np.asarray(state, dtype=np.uint8))
+        try:
+            generator.set_state(state)
+        except RuntimeError as e:
+            raise ValueError(f"{self}: not a state of this device's generator ({e})") from None
 
     def random(self, shape: tuple[int, ...]) -> Any:
         """float32 uniform draws made on this torch device by its own generator."""
+        generator = self.generator()  # (loads the device on its first use)
         torch = self._torch
-        return torch.rand(tuple(shape), generator=self.generator(), device=self._native,
+        return torch.rand(tuple(shape), generator=generator, device=self._native,
                           dtype=torch.float32)
+
+    def asarray(self, obj: Any, dtype: Any = None) -> Any:
+        """As Device.asarray, never with torch's autograd on (a tensor requiring grad)."""
+        if getattr(obj, "requires_grad", False) and type(obj).__module__.startswith("torch"):
+            obj = obj.detach()  # (shares the memory; asarray copies it)
+        return super().asarray(obj, dtype)
 
     # ----- conversion ------------------------------------------------------------------
     def owns(self, array: Any) -> bool:
@@ -246,3 +263,12 @@ def _probe(name: str) -> str:
     except Exception as e:
         return f"{label} is unavailable: {e}"
     return ""
+
+
+def _mix64(seed: int) -> int:
+    """splitmix64's hash of `seed`, a 64-bit seed unrelated to `seed` as a number."""
+    z = (seed + 0x9E3779B97F4A7C15) % 2**64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % 2**64
+    return z ^ (z >> 31)
+

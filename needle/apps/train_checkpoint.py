@@ -89,7 +89,7 @@ def rng_state(device: ndl.Device) -> dict:
 def set_rng_state(state: dict, device: ndl.Device | None) -> None:
     """Set numpy's global state and, where stored, the generator's of `device`, the device
     the state came from (None for another: a generator's state fits its own kind alone, and
-    the new device's generator seeds itself from numpy's state at its first draw)."""
+    the new device's generator starts from the run's seed, which needle-train sets)."""
     np.random.set_state(("MT19937", np.asarray(state["keys"], dtype=np.uint32),
                          int(state["pos"]), int(state["has_gauss"]),
                          float(state["cached_gaussian"])))
