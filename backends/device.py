@@ -341,11 +341,27 @@ class Device(Layout, DLPackExchange):
                 f"(numpy dtype {host.dtype})"
             )
         if dt is not None:  # cast on the host, so the data is copied once
-            host = host.astype(self.public_dtype(dt), copy=False)
+            target = np.dtype(self.public_dtype(dt))
+            if target.kind in "iu" and host.dtype.kind in "iuf" and host.size:
+                _check_fits(host, target)
+            host = host.astype(target, copy=False)
         return self.from_numpy(host)
 
 
 record_calls(Device)
+
+
+def _check_fits(host: np.ndarray, target: np.dtype) -> None:
+    """ValueError unless every value of `host` is one of the integer dtype `target`'s: numpy's
+    cast wraps (2**40 as int32 is 0, 300 as uint8 44) and turns NaN into garbage."""
+    if host.dtype.kind == "f" and not np.isfinite(host).all():
+        raise ValueError(f"NaN or infinity in data for an array of dtype {target}")
+    info = np.iinfo(target)
+    low, high = host.min(), host.max()
+    if low < info.min or high > info.max:
+        bad = low if low < info.min else high
+        raise ValueError(f"the value {bad} does not fit dtype {target} "
+                         f"[{info.min}, {info.max}]")
 
 
 def _shape(shape: tuple) -> tuple:

@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterable
 
 from ..backend_ndarray import unwrap as _raw
 from ..backend_ndarray import view as _course_view
-from ..backends import Device, device_of
+from ..backends import Device, device_of, is_device_array
 from ..grad_mode import _grad_enabled
 from .modified import REPLACED, raise_replaced
 from .tensor_checks import checked_compute
@@ -245,11 +245,14 @@ class Value:
             return _evaluate(op, inputs)
         device = inputs[0].device
         requires_grad = False
-        for x in inputs:
-            if x.device is not device and x.device != device:
-                _mismatch(op, inputs)
-            if x.requires_grad:
-                requires_grad = True
+        try:
+            for x in inputs:
+                if x.device is not device and x.device != device:
+                    _mismatch(op, inputs)
+                if x.requires_grad:
+                    requires_grad = True
+        except AttributeError:  # (not a Value: `ndl.add(x, 1.0)`)
+            _mismatch(op, inputs)
         if requires_grad:
             requires_grad = _grad_enabled()  # read once: this thread's no_grad()
         value = cls.__new__(cls)
@@ -287,9 +290,12 @@ def _evaluate(op: Op, inputs: tuple) -> Any:
 
 def _mismatch(op: Op, inputs: tuple) -> None:
     """The ValueError for inputs on different devices."""
-    for x in inputs:
+    for i, x in enumerate(inputs):
         if not isinstance(x, Value):
-            _evaluate(op, inputs)  # raises the TypeError for the mix
+            if is_device_array(x):
+                _evaluate(op, inputs)  # raises the TypeError for the mix
+            raise TypeError(f"{type(op).__name__}: input {i} is a {type(x).__name__}, not a "
+                            "Tensor (the operators, `x + 1.0`, take numbers)")
     raise ValueError(
         f"{type(op).__name__}: inputs are on different devices "
         f"({', '.join(str(x.device) for x in inputs)}); move them with .to()"

@@ -10,7 +10,7 @@ from ..grad_mode import enable_grad, no_grad
 from . import graph as _graph
 from .engine import backward
 from .graph import Op, Value, mark_modified
-from .tensor_checks import array_operand, check_grad, check_out_grad
+from .tensor_checks import array_operand, check_device, check_grad, out_grad_of
 
 
 class TensorOp(Op):
@@ -97,6 +97,8 @@ class Tensor(Value):
                 f"Tensor() got unexpected keyword argument(s) {', '.join(map(repr, kwargs))}"
                 "; it takes device, dtype and requires_grad"
             )
+        if device is not None:
+            check_device(device)
         if array.__class__ is NDArray:  # the course's NDArray: its device's array
             device = array.device if device is None else device
             array = array._array
@@ -162,8 +164,13 @@ class Tensor(Value):
             raise TypeError("len() of a 0-d tensor")
         return shape[0]
 
+    def __iter__(self) -> Any:
+        """The rows (a TypeError for a 0-d tensor: `list(t)` gave [] by way of __getitem__)."""
+        return (self[i] for i in range(len(self)))
+
     def to(self, device: Device) -> Tensor:
         """This tensor on `device` (itself when already there); the copy is a new leaf."""
+        check_device(device)
         if device == self.device:
             return self
         return Tensor(self, device=device, requires_grad=self.requires_grad)
@@ -221,16 +228,7 @@ class Tensor(Value):
         the walk passes, and a later backward over the same graph recomputes them (the same
         numbers; PyTorch refuses a second backward instead).
         """
-        if out_grad is None:
-            out_grad = Tensor.make_const(
-                self.device.ones(self.shape, dtype=self._realize().dtype),
-                device=self.device,
-            )
-        else:
-            if not isinstance(out_grad, Tensor):
-                out_grad = Tensor(out_grad, device=self.device, dtype=self.dtype,
-                                  requires_grad=False)
-            check_out_grad(self, out_grad)
+        out_grad = out_grad_of(self, out_grad, Tensor)
         retain = create_graph if retain_graph is None else bool(retain_graph)
         if create_graph:  # recorded even under no_grad(), as PyTorch's create_graph=True is
             with enable_grad():

@@ -9,7 +9,7 @@ from math import prod
 from typing import Any, Callable
 
 from ..backend_ndarray import unwrap
-from ..backends import device_of, is_device_array
+from ..backends import Device, device_of, is_device_array
 
 NUMBERS = (int, float, bool, complex)  # the scalar ops' operands, told apart at once
 
@@ -42,6 +42,25 @@ def check_out_grad(tensor: Any, out_grad: Any) -> None:
                          f"{tensor.dtype}")
 
 
+def check_device(device: Any) -> None:
+    """TypeError unless `device` is a needle Device (a name like "cpu" failed much later)."""
+    if not isinstance(device, Device):
+        raise TypeError(f"device must be a needle Device (ndl.cpu(), ndl.cuda(), ...), got "
+                        f"{type(device).__name__} {device!r}")
+
+
+def out_grad_of(tensor: Any, out_grad: Any, kind: type) -> Any:
+    """backward()'s adjoint of `tensor`: ones for None, other data converted to the tensor's
+    device and dtype, a `kind` (Tensor) checked (check_out_grad)."""
+    if out_grad is None:
+        ones = tensor.device.ones(tensor.shape, dtype=tensor._realize().dtype)
+        return kind.make_const(ones, device=tensor.device)
+    if not isinstance(out_grad, kind):
+        out_grad = kind(out_grad, device=tensor.device, dtype=tensor.dtype, requires_grad=False)
+    check_out_grad(tensor, out_grad)
+    return out_grad
+
+
 def array_operand(tensor: Any, other: Any) -> Any:
     """`other` as an array of `tensor`'s device and dtype where it is an array (numpy's, an
     NDArray, the device's) of more than one element; None for numbers and one-element
@@ -58,7 +77,29 @@ def array_operand(tensor: Any, other: Any) -> Any:
     if where != device and where.kind != "cpu":  # (numpy's: host data)
         raise ValueError(f"an operand on {where} for a tensor on {device}: move it with .to() "
                          "or the device's asarray")
+    _check_operand_dtype(tensor, raw, where)
     return device.asarray(raw, dtype=tensor._array.dtype)
+
+
+def _check_operand_dtype(tensor: Any, raw: Any, where: Any) -> None:
+    """TypeError where the operand's values do not fit the tensor's dtype, as for numbers
+    (fractions or complex numbers into integers, anything but bools into bool); ValueError
+    for host integers out of an integer dtype's range. (They were cast silently.)"""
+    src = where.public_dtype(raw.dtype)
+    dst = tensor.device.public_dtype(tensor._array.dtype)
+    if src == dst:
+        return
+    if (dst.kind == "b" and src.kind != "b") or (src.kind == "c" and dst.kind != "c") or (
+            src.kind == "f" and dst.kind in "iu"):
+        raise TypeError(f"an operand of dtype {src} for a tensor of dtype {dst}: its values "
+                        "do not fit the tensor's dtype; convert the tensor first, e.g. with "
+                        "ndl.ops.astype(x, \"float32\")")
+    if src.kind in "iu" and dst.kind in "iu" and where.kind == "cpu" and prod(raw.shape):
+        info = tensor.device.xp.iinfo(tensor._array.dtype)
+        low, high = int(raw.min()), int(raw.max())
+        if low < info.min or high > info.max:
+            raise ValueError(f"an operand of dtype {src} holds {low if low < info.min else high}"
+                             f", out of the range of {dst} [{info.min}, {info.max}]")
 
 
 def checked_compute(compute: Callable) -> Callable:

@@ -136,6 +136,8 @@ class AsType(TensorOp):
     the adjoint back to the input's dtype."""
 
     def __init__(self, dtype: Any):
+        if dtype is None:  # (numpy read it as float64, torch kept the dtype, strict failed)
+            raise TypeError("astype: dtype must be given (a name like \"float32\" or a dtype)")
         self.dtype = dtype
 
     def compute(self, a):
@@ -181,9 +183,10 @@ def floating_only(op: str, fn: Any, a: Any) -> Any:
     bool input (strict refuses it itself, other libraries would change the dtype)."""
     try:
         out = fn(a)
-    except TypeError:  # strict: floating input only
-        out = None
-    if out is None or out.dtype is not a.dtype:
+    except (TypeError, NotImplementedError, RuntimeError):  # strict, torch's bool kernels
+        check_floating(op, a)  # raises needle's TypeError for integer or bool input
+        raise
+    if out.dtype is not a.dtype:
         check_floating_result(op, a, out)
     return out
 

@@ -110,6 +110,8 @@ class AddN(TensorOp):
 
 def add_n(*tensors: Tensor) -> Tensor:
     """The sum of any number of tensors, as one node."""
+    if not tensors:
+        raise TypeError("add_n: needs at least one tensor")
     return tensors[0] if len(tensors) == 1 else AddN()(*promote("add_n", tensors))
 
 

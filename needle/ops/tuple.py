@@ -175,6 +175,9 @@ class Stack(TensorOp):
 
 def stack(args: Iterable[Any], axis: int) -> Tensor:
     """Stack tensors along a new axis."""
+    if isinstance(args, Value):  # (a Tensor's rows would be stacked back, as it was)
+        raise TypeError(f"stack: expected a sequence of tensors, got a {type(args).__name__}"
+                        f" of shape {args.shape}")
     tensors = list(args)
     if not tensors:
         raise ValueError(f"stack: needs at least one tensor, got {args!r}")
