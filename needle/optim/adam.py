@@ -75,11 +75,11 @@ class Adam(Optimizer):
     def __init__(self, params: Iterable[Tensor], lr: float = 0.01, beta1: float = 0.9,
                  beta2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.0):
         super().__init__(params)
-        self.lr = self._check("lr", lr)
-        self.beta1 = self._check("beta1", beta1)
-        self.beta2 = self._check("beta2", beta2)
-        self.eps = self._check("eps", eps)
-        self.weight_decay = self._check("weight_decay", weight_decay)
+        self.lr = lr
+        self.beta1 = beta1
+        self.beta2 = beta2
+        self.eps = eps
+        self.weight_decay = weight_decay
 
     def _check(self, name: str, value: Any) -> float:
         if name in ("beta1", "beta2"):

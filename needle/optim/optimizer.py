@@ -3,47 +3,44 @@
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from ..arguments import check_range
 from ..autograd import Tensor, graph, mark_modified
 from ..autograd.graph import replayed
 from ..backends import device_of, namespace
 from ..kernels import Kernel
 
 
-def real(owner: str, name: str, value: Any) -> float:
-    """`value` as a float: any real number (numpy's scalars, a Fraction, anything with
-    `__float__`), never a bool or complex one; a TypeError naming it otherwise."""
-    kind = type(value)
-    if kind.__name__ not in ("bool", "bool_") and (isinstance(value, numbers.Real) or (
-            not isinstance(value, numbers.Complex) and hasattr(kind, "__float__"))):
-        try:
-            return float(value)
-        except (TypeError, ValueError):  # an array of several numbers, say
-            pass
-    raise TypeError(f"{owner}: {name} must be a real number, found {kind.__name__}")
-
-
-def check_range(owner: str, name: str, value: Any, low: float, high: float | None = None,
-                high_inclusive: bool = False) -> float:
-    """`value` as a float, or a ValueError naming it when it is outside [low, high)."""
-    value = real(owner, name, value)
-    ok = value >= low
-    if high is not None:
-        ok = ok and (value <= high if high_inclusive else value < high)
-    if not ok:
-        interval = f">= {low}" if high is None else (
-            f"in [{low}, {high}]" if high_inclusive else f"in [{low}, {high})")
-        raise ValueError(f"{owner}: {name} must be {interval}, found {value}")
-    return value
-
-
 def flat_concat_portable(arrays: list) -> Any:
     """The arrays' elements (each in C order) one after another, as one 1-d array."""
     xp = namespace(arrays[0])
     return xp.concat([a if a.ndim == 1 else xp.reshape(a, (-1,)) for a in arrays])
+
+
+def _parameter_list(owner: str, params: Any) -> list[Tensor]:
+    """`params` as a list of floating-point Tensors; a TypeError naming what was given
+    otherwise: a single Tensor (whose rows `list()` would take as the parameters, as
+    PyTorch refuses it), a Module or any non-iterable, a parameter of another type or of an
+    integer or bool dtype (its update would be truncated, or fail in each library's way)."""
+    hint = "such as module.parameters(), or [tensor] for one tensor"
+    if isinstance(params, Tensor) or callable(getattr(params, "parameters", None)):
+        raise TypeError(f"{owner}: the params argument should be an iterable of Tensors "
+                        f"({hint}), but got {type(params).__name__}")
+    try:
+        params = list(params)
+    except TypeError:
+        raise TypeError(f"{owner}: the params argument should be an iterable of Tensors "
+                        f"({hint}), but got {type(params).__name__}") from None
+    for i, p in enumerate(params):
+        if not isinstance(p, Tensor):
+            raise TypeError(f"{owner}: parameter {i} must be a Tensor, found {type(p).__name__}")
+        if getattr(p.dtype, "kind", None) != "f":
+            raise TypeError(f"{owner}: parameter {i} has dtype {p.dtype}: only floating-point "
+                            f"parameters can be optimized (convert it first, e.g. with "
+                            f"ndl.ops.astype(p, \"float32\"))")
+    return params
 
 
 #: a flat group's gradients as one array: on cuda one kernel taking the arrays' pointers as
@@ -98,11 +95,7 @@ class Optimizer:
     flat_max_size: int = 1 << 15
 
     def __init__(self, params: Iterable[Tensor]):
-        self.params = list(params)
-        for i, p in enumerate(self.params):
-            if not isinstance(p, Tensor):
-                raise TypeError(f"{type(self).__name__}: parameter {i} must be a Tensor, "
-                                f"found {type(p).__name__}")
+        self.params = _parameter_list(type(self).__name__, params)
         self.state: dict[int, dict[str, Any]] = {}
         self.t = 0  # number of step() calls
         self._flat: dict[tuple, _FlatGroup] = {}  # (device, dtype) -> last step's flat arrays
@@ -110,10 +103,11 @@ class Optimizer:
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in self.hyperparameters:
+            # checked at every assignment (a schedule's too), as a float (numpy's scalars
+            # from a schedule's np.cos as well), before ndl.compile records it for replay
+            value = self._check(name, value)
             if graph._TRACER is not None:
-                graph._TRACER.setting(self, name, value)  # ndl.compile replays it
-            if isinstance(value, numbers.Real) and not isinstance(value, bool):
-                value = float(value)  # numpy's scalars too (a schedule's np.cos)
+                graph._TRACER.setting(self, name, value)
         object.__setattr__(self, name, value)
 
     def __getattr__(self, name: str) -> Any:

@@ -53,9 +53,9 @@ class SGD(Optimizer):
     def __init__(self, params: Iterable[Tensor], lr: float = 0.01, momentum: float = 0.0,
                  weight_decay: float = 0.0):
         super().__init__(params)
-        self.lr = self._check("lr", lr)
-        self.momentum = self._check("momentum", momentum)
-        self.weight_decay = self._check("weight_decay", weight_decay)
+        self.lr = lr
+        self.momentum = momentum
+        self.weight_decay = weight_decay
 
     def _check(self, name: str, value: Any) -> float:
         if name == "momentum":

@@ -1,0 +1,92 @@
+"""Bad arguments to constructors and setters: a clear TypeError or ValueError naming them,
+the same on every device, where they trained nothing, gave NaN or wrong numbers silently,
+or failed later in each library's own words (the input-validation audit)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import needle as ndl
+from needle import nn, optim
+
+
+def tensor(a, device, dtype="float32"):
+    return ndl.Tensor(np.asarray(a), device=device, dtype=dtype)
+
+
+def other_than(device):
+    return ndl.cpu() if device == ndl.strict() else ndl.strict()
+
+
+# ----- optimizers ----------------------------------------------------------------------------
+@pytest.mark.parametrize("make", [optim.SGD, optim.Adam], ids=["sgd", "adam"])
+def test_optimizers_refuse_a_single_tensor_a_module_or_a_non_iterable(make, device):
+    """list(tensor) walks its rows: SGD(layer.weight) trained nothing (PyTorch refuses it)."""
+    layer = nn.Linear(3, 2, device=device)
+    name = make.__name__
+    for params, kind in ((layer.weight, "Parameter"), (tensor([1.0, 2.0], device), "Tensor"),
+                         (layer, "Linear"), (nn.Sequential(layer), "Sequential"),
+                         (None, "NoneType"), (3, "int")):
+        with pytest.raises(TypeError, match=rf"{name}: the params argument should be an "
+                           rf"iterable of Tensors \(.*module.parameters\(\).*\), but got {kind}$"):
+            make(params, lr=1.0)
+    assert make([layer.weight], lr=1.0).params == [layer.weight]
+
+
+@pytest.mark.parametrize("make", [optim.SGD, optim.Adam], ids=["sgd", "adam"])
+def test_hyperparameters_are_checked_when_assigned_after_construction(make, device):
+    """`opt.lr = -1.0` made the weights climb; a string failed at step() in each library's
+    words, None with a raw TypeError. The value is unchanged after the error."""
+    w = nn.Parameter(np.ones((3, 2)), device=device, dtype="float32")
+    opt = make([w], lr=0.5)
+    name = make.__name__
+    bad = [("lr", -1.0, ValueError, rf"{name}: lr must be >= 0.0, found -1.0"),
+           ("lr", float("inf"), ValueError, rf"{name}: lr must be finite, found inf"),
+           ("lr", "a", TypeError, rf"{name}: lr must be a real number, found str"),
+           ("lr", None, TypeError, rf"{name}: lr must be a real number, found NoneType"),
+           ("weight_decay", -0.1, ValueError, rf"{name}: weight_decay must be >= 0.0"),
+           ("weight_decay", float("inf"), ValueError, "weight_decay must be finite")]
+    bad.append(("momentum", 1.5, ValueError, r"SGD: momentum must be in \[0.0, 1.0\), found 1.5")
+               if make is optim.SGD else ("eps", -1e-8, ValueError, "Adam: eps must be >= 0.0"))
+    for attr, value, error, message in bad:
+        before = getattr(opt, attr)
+        with pytest.raises(error, match=message):
+            setattr(opt, attr, value)
+        assert getattr(opt, attr) == before
+    opt.lr = np.float32(0.25)  # numpy's scalars are still taken, as floats
+    assert type(opt.lr) is float and opt.lr == 0.25
+    with pytest.raises(ValueError, match=rf"{name}: lr must be finite, found inf"):
+        make([w], lr=float("inf"))
+    w.grad = tensor(np.ones((3, 2)), device)
+    opt.step()
+    assert np.all(w.numpy() < 1)  # downhill
+
+
+def test_a_hyperparameter_set_inside_a_compiled_step_is_checked_first(device):
+    w = nn.Parameter(np.ones(2), device=device, dtype="float32")
+    opt = optim.SGD([w], lr=0.1)
+
+    @ndl.compile
+    def step(lr):
+        opt.reset_grad()
+        (w * w).sum().backward()
+        opt.lr = lr
+        opt.step()
+
+    with pytest.raises(ValueError, match="SGD: lr must be >= 0.0, found -1.0"):
+        step(-1.0)
+    step(0.25)
+    assert opt.lr == 0.25 and np.allclose(w.numpy(), 0.5)
+
+
+@pytest.mark.parametrize("make", [optim.SGD, optim.Adam], ids=["sgd", "adam"])
+@pytest.mark.parametrize("dtype", ["int32", "bool"])
+def test_optimizers_refuse_integer_and_bool_parameters(make, dtype, device):
+    """jax turned an int32 parameter into float32 silently, the others failed at step()."""
+    params = [nn.Parameter(np.ones(2), device=device, dtype="float32"),
+              tensor([1, 0], device, dtype)]
+    with pytest.raises(TypeError, match=rf"{make.__name__}: parameter 1 has dtype {dtype}: "
+                       "only floating-point parameters"):
+        make(params, lr=0.1)
+
