@@ -90,3 +90,42 @@ def test_optimizers_refuse_integer_and_bool_parameters(make, dtype, device):
                        "only floating-point parameters"):
         make(params, lr=0.1)
 
+
+# ----- normalisation -------------------------------------------------------------------------
+@pytest.mark.parametrize("make", [lambda **kw: nn.BatchNorm1d(3, **kw),
+                                  lambda **kw: nn.BatchNorm2d(3, **kw),
+                                  lambda **kw: nn.LayerNorm1d(3, **kw)],
+                         ids=["BatchNorm1d", "BatchNorm2d", "LayerNorm1d"])
+def test_norm_layers_check_eps_and_momentum(make, device):
+    """eps < 0 gave NaN (BatchNorm in eval mode, LayerNorm), momentum 2 extrapolated the
+    running statistics, eps "a" failed at the first forward."""
+    name = type(make(device=device)).__name__
+    with pytest.raises(ValueError, match=rf"{name}: eps must be >= 0.0, found -1.0"):
+        make(eps=-1.0, device=device)
+    with pytest.raises(TypeError, match=rf"{name}: eps must be a real number, found str"):
+        make(eps="a", device=device)
+    assert make(eps=np.float32(0.5), device=device).eps == 0.5
+    if name != "LayerNorm1d":
+        for bad in (2.0, -0.1):
+            with pytest.raises(ValueError, match=rf"{name}: momentum must be in \[0.0, 1.0\], "
+                               rf"found {bad}"):
+                make(momentum=bad, device=device)
+        with pytest.raises(TypeError, match=rf"{name}: momentum must be a real number"):
+            make(momentum=None, device=device)
+        assert make(momentum=1, device=device).momentum == 1.0
+
+
+def test_norm_ops_refuse_a_negative_eps(device):
+    x, w, b = tensor(np.ones((2, 3)), device), tensor(np.ones(3), device), tensor(np.zeros(3),
+                                                                                 device)
+    with pytest.raises(ValueError, match=r"normalize: eps must be >= 0.0, found -1.0"):
+        ndl.normalize(x, (1,), eps=-1)
+    with pytest.raises(ValueError, match=r"layer_norm: eps must be >= 0.0, found -1.0"):
+        ndl.layer_norm(x, w, b, -1)
+    with pytest.raises(ValueError, match="batch_norm: eps must be positive in training, got -1"):
+        ndl.batch_norm(x, w, b, -1)
+    with pytest.raises(TypeError, match="layer_norm: eps must be a real number, found str"):
+        ndl.layer_norm(x, w, b, "a")
+    x = tensor([[1.0, 2.0, 3.0]], device)
+    assert np.all(np.isfinite(ndl.layer_norm(x, w, b, 0.0).numpy()))  # eps 0 stays allowed
+

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import init, ops
+from ..arguments import check_range
 from ..autograd import Tensor, mark_modified
 from ..autograd.graph import array_function
 from ..backends import Device, namespace
@@ -55,9 +56,12 @@ class BatchNorm1d(Module):
     def __init__(self, dim: int, eps: float = 1e-5, momentum: float = 0.1,
                  device: Device | None = None, dtype: str = "float32"):
         super().__init__()
-        self.dim = dim = check_size(type(self).__name__, "dim", dim)
-        self.eps = eps
-        self.momentum = momentum
+        owner = type(self).__name__
+        self.dim = dim = check_size(owner, "dim", dim)
+        # (eps < 0 gives NaN, momentum > 1 extrapolates the running statistics; eps 0 is
+        # refused in training by the BatchNorm op, as PyTorch)
+        self.eps = check_range(owner, "eps", eps, 0.0)
+        self.momentum = check_range(owner, "momentum", momentum, 0.0, 1.0, high_inclusive=True)
         self.weight = Parameter(init.ones(dim, device=device, dtype=dtype))
         self.bias = Parameter(init.zeros(dim, device=device, dtype=dtype))
         # buffers: saved in state_dict and moved by to(), never optimised; the running
@@ -137,7 +141,7 @@ class LayerNorm1d(Module):
                  dtype: str = "float32"):
         super().__init__()
         self.dim = dim = check_size("LayerNorm1d", "dim", dim)
-        self.eps = eps
+        self.eps = check_range("LayerNorm1d", "eps", eps, 0.0)  # (eps < 0: NaN)
         self.weight = Parameter(init.ones(dim, device=device, dtype=dtype))
         self.bias = Parameter(init.zeros(dim, device=device, dtype=dtype))
 

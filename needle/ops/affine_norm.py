@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..arguments import check_range, real
 from ..autograd.tensor import Tensor, TensorTupleOp
 from ..backends import namespace
 from ..kernels import ADD_TO_FRESH, SUM, Kernel
@@ -108,7 +109,7 @@ class _AffineNorm(PromotingOp):
     kernel: Kernel
 
     def __init__(self, eps: float = 1e-5):
-        self.eps = float(eps)
+        self.eps = check_range(self.op_name, "eps", eps, 0.0)  # (eps < 0: NaN)
         self.stats = None
 
     @staticmethod
@@ -194,10 +195,11 @@ class BatchNorm(_AffineNorm):
 
     def __init__(self, eps: float = 1e-5):
         # PyTorch's rule: with eps 0 a constant channel is 0/0, which torch's kernel makes 0
-        # and the others NaN
-        super().__init__(eps)
-        if not self.eps > 0:
-            raise ValueError(f"batch_norm: eps must be positive in training, got {self.eps}")
+        # and the others NaN (checked before the base class's eps >= 0, for this message)
+        value = real("batch_norm", "eps", eps)
+        if not value > 0:
+            raise ValueError(f"batch_norm: eps must be positive in training, got {value}")
+        super().__init__(value)
 
     @staticmethod
     def param_axis(ndim: int) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..arguments import check_range
 from ..autograd.tensor import Tensor, TensorOp
 from ..backends import namespace
 from ..backends.rows import as_rows, channels, from_rows
@@ -106,7 +107,7 @@ class Normalize(TensorOp):
 
     def __init__(self, axes, eps: float = 1e-5):
         self.axes = freeze_axes(axes)
-        self.eps = float(eps)
+        self.eps = check_range("normalize", "eps", eps, 0.0)  # (eps < 0: NaN)
         self.stats = None
 
     def compute(self, x):
