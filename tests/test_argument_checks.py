@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import needle as ndl
-from needle import nn, optim
+from needle import init, nn, optim
 
 
 def tensor(a, device, dtype="float32"):
@@ -128,4 +128,50 @@ def test_norm_ops_refuse_a_negative_eps(device):
         ndl.layer_norm(x, w, b, "a")
     x = tensor([[1.0, 2.0, 3.0]], device)
     assert np.all(np.isfinite(ndl.layer_norm(x, w, b, 0.0).numpy()))  # eps 0 stays allowed
+
+
+# ----- initialisers --------------------------------------------------------------------------
+@pytest.mark.parametrize("draw", [
+    lambda **kw: init.rand(3, 2, **kw), lambda **kw: init.randn(3, 2, **kw),
+    lambda **kw: init.kaiming_uniform(3, 2, **kw), lambda **kw: init.kaiming_normal(3, 2, **kw),
+    lambda **kw: init.xavier_uniform(3, 2, **kw), lambda **kw: init.xavier_normal(3, 2, **kw),
+    lambda **kw: nn.Linear(3, 2, **kw)],
+    ids=["rand", "randn", "kaiming_uniform", "kaiming_normal", "xavier_uniform",
+         "xavier_normal", "Linear"])
+@pytest.mark.parametrize("dtype", ["int32", "bool"])
+def test_float_initialisers_refuse_integer_and_bool_dtypes(draw, dtype, device):
+    """Linear(dtype="int32") had weights truncated to -1, 0 and 1, dtype="bool" all True;
+    nothing is drawn before the error."""
+    np.random.seed(0)
+    with pytest.raises(TypeError, match=rf"dtype must be a floating one, found {dtype}"):
+        draw(device=device, dtype=dtype)
+    assert np.random.rand() == np.random.RandomState(0).rand()
+
+
+def test_the_other_initialisers_keep_any_dtype(device):
+    assert init.randb(3, p=0.5, device=device, dtype="int32").dtype == "int32"
+    assert init.zeros(2, device=device, dtype="int32").dtype == "int32"
+    assert init.ones(2, device=device, dtype="bool").dtype == "bool"
+    assert init.constant(2, c=3, device=device, dtype="int32").numpy().tolist() == [3, 3]
+    assert init.one_hot(3, [1], device=device, dtype="int32").numpy().tolist() == [[0, 1, 0]]
+
+
+@pytest.mark.parametrize("draw, message", [
+    (lambda d: init.kaiming_uniform(0, 3, device=d), "kaiming_uniform: fan_in must be > 0"),
+    (lambda d: init.kaiming_normal(0, 3, device=d), "kaiming_normal: fan_in must be > 0"),
+    (lambda d: init.kaiming_uniform(-2, 3, device=d), "fan_in must be >= 0.0, found -2"),
+    (lambda d: init.xavier_uniform(0, 0, device=d), r"fan_in \+ fan_out must be > 0"),
+    (lambda d: init.xavier_uniform(2, 3, gain=-1, device=d), "xavier_uniform: gain must be >="),
+    (lambda d: init.xavier_normal(2, 3, gain=-1, device=d), "xavier_normal: gain must be >="),
+    (lambda d: init.rand(3, low=1, high=0, device=d), "rand: low must be <= high"),
+    (lambda d: init.rand(3, high=float("inf"), device=d), "rand: high must be finite"),
+    (lambda d: init.randn(3, std=-1, device=d), r"randn: std must be >= 0.0, found -1.0"),
+    (lambda d: init.randb(3, p=2, device=d), r"randb: p must be in \[0.0, 1.0\], found 2.0"),
+    (lambda d: init.randb(3, p=-1, device=d), r"randb: p must be in \[0.0, 1.0\], found -1"),
+])
+def test_initialisers_refuse_bad_values(draw, message, device):
+    """kaiming(0, ...) raised ZeroDivisionError; the others drew silently (low > high
+    reversed the interval, std -1 flipped the signs, p 2 gave all True)."""
+    with pytest.raises(ValueError, match=message):
+        draw(device)
 

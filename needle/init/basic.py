@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..arguments import check_range, finite
 from ..autograd import Tensor
 from ..backends import Device, default_device
 from ..ops.indices import as_index_array
@@ -17,6 +18,18 @@ def _tensor(array: Any, device: Device, dtype: Any, requires_grad: bool) -> Tens
     return Tensor.make_const(array, requires_grad=requires_grad, device=device)
 
 
+def _floating(owner: str, device: Device, dtype: Any) -> None:
+    """TypeError naming `dtype` unless it is a floating one (None: float64): drawn real
+    numbers cast to integers are truncated (Linear's weights to -1, 0 and 1) or to bool all
+    True. Checked before the draw, so numpy's state is left as it was."""
+    native = device.dtype(dtype)
+    if native is not None and not device.xp.isdtype(native, "real floating"):
+        name = dtype if isinstance(dtype, str) else getattr(dtype, "__name__", dtype)
+        raise TypeError(f"{owner}: dtype must be a floating one, found {name} (real numbers "
+                        f"drawn as integers or bools are truncated); use init.randb or "
+                        f"init.constant for those")
+
+
 # The random initialisers compute on the host in float64 and cast once (Device.uniform,
 # normal, bernoulli), as the course does: a seed gives the same bits on every device.
 
@@ -25,6 +38,10 @@ def rand(*shape: int, low: float = 0.0, high: float = 1.0, device: Device | None
          dtype: Any = "float32", requires_grad: bool = False) -> Tensor:
     """Uniform numbers in [low, high): `rand(*shape) * (high - low) + low` in float64, cast."""
     device = default_device() if device is None else device
+    low, high = finite("rand", "low", low), finite("rand", "high", high)
+    if not low <= high:
+        raise ValueError(f"rand: low must be <= high, found low={low}, high={high}")
+    _floating("rand", device, dtype)
     array = device.uniform(shape, low, high, dtype=dtype)
     return _tensor(array, device, dtype, requires_grad)
 
@@ -33,6 +50,8 @@ def randn(*shape: int, mean: float = 0.0, std: float = 1.0, device: Device | Non
           dtype: Any = "float32", requires_grad: bool = False) -> Tensor:
     """Normal numbers: `randn(*shape) * std + mean` in float64, cast."""
     device = default_device() if device is None else device
+    mean, std = finite("randn", "mean", mean), check_range("randn", "std", std, 0.0)
+    _floating("randn", device, dtype)
     array = device.normal(shape, mean, std, dtype=dtype)
     return _tensor(array, device, dtype, requires_grad)
 
@@ -61,6 +80,7 @@ def randb(*shape: int, p: float = 0.5, device: Device | None = None, dtype: Any 
           requires_grad: bool = False) -> Tensor:
     """Bernoulli(p) draws: `rand(*shape) <= p` in float64, as `dtype`."""
     device = default_device() if device is None else device
+    p = check_range("randb", "p", p, 0.0, 1.0, high_inclusive=True)
     array = device.bernoulli(shape, p, dtype=dtype)
     return _tensor(array, device, dtype, requires_grad)
 
