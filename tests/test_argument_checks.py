@@ -4,11 +4,14 @@ or failed later in each library's own words (the input-validation audit)."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
 import needle as ndl
 from needle import init, nn, optim
+from needle.data import DataLoader, NDArrayDataset
 
 
 def tensor(a, device, dtype="float32"):
@@ -175,3 +178,116 @@ def test_initialisers_refuse_bad_values(draw, message, device):
     with pytest.raises(ValueError, match=message):
         draw(device)
 
+
+# ----- dropout and softmax -------------------------------------------------------------------
+def test_dropout_mask_needs_a_keep_in_0_1(device):
+    """keep 2 gave x * 0.5 with nothing dropped, keep 0 NaN."""
+    x, draws = tensor([1.0, 1.0], device), tensor([0.1, 0.9], device)
+    for keep in (2.0, 0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match=r"dropout: keep must be in \(0.0, 1.0\]"):
+            ndl.dropout_mask(x, draws, keep)
+    assert ndl.dropout_mask(x, draws, 1).numpy().tolist() == [1.0, 1.0]
+    for bad in ("a", None):
+        with pytest.raises(TypeError, match="Dropout: p must be a real number"):
+            nn.Dropout(bad)
+
+
+def test_softmax_checks_temperature_and_causal(device):
+    x = tensor(np.zeros((2, 2)), device)
+    for bad in ("a", None):
+        with pytest.raises(TypeError, match="softmax: temperature must be a real number"):
+            ndl.softmax(x, temperature=bad)
+    with pytest.raises(TypeError, match="softmax: causal must be True or False"):
+        ndl.softmax(x, causal="no")
+
+
+def test_causal_attention_needs_as_many_keys_as_queries(device):
+    """With more queries than keys the first queries saw no key and attended to every key
+    alike (on every device, cpu's and torch's fast softmax too)."""
+    with pytest.raises(ValueError, match=r"softmax: a causal mask needs at least as many keys"
+                       r".*found shape \(3, 2\)"):
+        ndl.softmax(tensor(np.zeros((3, 2)), device), causal=True)
+    mha = nn.MultiHeadAttention(causal=True, device=device)
+    q, k = tensor(np.zeros((1, 1, 3, 2)), device), tensor(np.zeros((1, 1, 2, 2)), device)
+    with pytest.raises(ValueError, match=r"MultiHeadAttention: causal attention needs .*"
+                       r"q \(1, 1, 3, 2\), k \(1, 1, 2, 2\)"):
+        mha(q, k, k)
+    assert nn.MultiHeadAttention(device=device)(q, k, k)[0].shape == (1, 1, 3, 2)
+
+
+# ----- layers --------------------------------------------------------------------------------
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_of_a_1d_input_is_1d(bias, device):
+    """A (3,) input gave (1, 2) with a bias (and (2,) without); PyTorch gives (2,)."""
+    layer = nn.Linear(3, 2, bias=bias, device=device)
+    x = tensor([1.0, 2.0, 3.0], device)
+    out = layer(x)
+    assert out.shape == (2,)
+    np.testing.assert_allclose(out.numpy(), layer(ndl.ops.reshape(x, (1, 3))).numpy()[0], rtol=1e-6)
+    out.sum().backward()
+    if bias:
+        assert layer.bias.grad.shape == (1, 2)
+
+
+def test_transformer_names_the_devices_of_x_and_the_model(device):
+    """Four devices gave four different internal errors."""
+    model = nn.Transformer(4, 8, 1, num_head=2, dim_head=2, device=device)
+    other = other_than(device)
+    with pytest.raises(ValueError, match=re.escape(f"Transformer: x is on {other}, the model "
+                                                   f"on {device}; move one of them with .to()")):
+        model(tensor(np.ones((3, 2, 4)), other))
+
+
+def test_attention_and_transformer_layers_name_themselves_for_a_wrong_feature_size(device):
+    """The message named the inner LayerNorm1d."""
+    x = tensor(np.ones((2, 3, 5)), device)
+    with pytest.raises(ValueError, match=r"AttentionLayer: expected q of shape \(B, T, "
+                       r"q_features=4\), found \(2, 3, 5\)"):
+        nn.AttentionLayer(4, 2, 3, device=device)(x)
+    good = tensor(np.ones((2, 3, 4)), device)
+    with pytest.raises(ValueError, match=r"AttentionLayer: expected k of shape"):
+        nn.AttentionLayer(4, 2, 3, device=device)(good, x)
+    with pytest.raises(ValueError, match=r"TransformerLayer: expected x of shape \(B, T, "
+                       r"q_features=4\), found \(2, 3, 5\)"):
+        nn.TransformerLayer(4, 2, 3, 8, device=device)(x)
+
+
+@pytest.mark.parametrize("make", [
+    lambda bias, d: nn.Linear(3, 2, bias=bias, device=d),
+    lambda bias, d: nn.Conv(3, 4, 3, bias=bias, device=d),
+    lambda bias, d: nn.RNNCell(3, 4, bias=bias, device=d),
+    lambda bias, d: nn.LSTMCell(3, 4, bias=bias, device=d),
+    lambda bias, d: nn.RNN(3, 4, bias=bias, device=d),
+    lambda bias, d: nn.LSTM(3, 4, bias=bias, device=d)],
+    ids=["Linear", "Conv", "RNNCell", "LSTMCell", "RNN", "LSTM"])
+def test_bias_flags_must_be_bools(make, device):
+    """bias="no" is true to Python: Conv(bias="no") kept a bias."""
+    for bad in ("no", None, 0):
+        with pytest.raises(TypeError, match=r": bias must be True or False, found"):
+            make(bad, device)
+    params = lambda m: len(list(m.parameters()))  # noqa: E731
+    assert params(make(np.False_, device)) < params(make(np.True_, device))
+
+
+def test_other_flags_must_be_bools(device):
+    with pytest.raises(TypeError, match="MultiHeadAttention: causal must be True or False"):
+        nn.MultiHeadAttention(causal="no", device=device)
+    with pytest.raises(TypeError, match="Transformer: batch_first must be True or False"):
+        nn.Transformer(4, 8, 1, num_head=2, dim_head=2, batch_first="no", device=device)
+
+
+# ----- data ----------------------------------------------------------------------------------
+def test_dataloader_checks_the_dataset_and_shuffle(device):
+    """A list failed at the first batch ("only integer scalar arrays can be converted"),
+    None at len(), and shuffle="no" shuffled."""
+    for bad, kind in (([1, 2, 3], "list"), (None, "NoneType"), ({0: 1}, "dict"),
+                      ((1, 2), "tuple")):
+        with pytest.raises(TypeError, match=rf"DataLoader: dataset must be a Dataset .*got "
+                           rf"{kind}; wrap .* in ndl.data.NDArrayDataset"):
+            DataLoader(bad, device=device)
+    data = NDArrayDataset(np.arange(4.0))
+    with pytest.raises(TypeError, match="DataLoader: shuffle must be True or False, found 'no'"):
+        DataLoader(data, shuffle="no", device=device)
+    assert DataLoader(data, shuffle=np.False_, device=device).shuffle is False
+    batches = list(DataLoader(np.arange(4.0), batch_size=2, device=device))  # arrays still do
+    assert [b[0].numpy().tolist() for b in batches] == [[0.0, 1.0], [2.0, 3.0]]

@@ -3,13 +3,29 @@
 from __future__ import annotations
 
 import operator
+from collections.abc import Mapping, Sequence
 from typing import Any, Iterator
 
 import numpy as np
 
+from ..arguments import flag
 from ..autograd import Tensor
 from ..backends import Device, default_device
 from .dataset import Dataset
+
+
+def _check_dataset(dataset: Any) -> None:
+    """TypeError unless `dataset` can be batched: a Dataset, or an object with len() that
+    takes an index array (a numpy array). A Python list, tuple or dict takes no index
+    array (its batch failed in numpy's words at the first one), nor does None."""
+    if isinstance(dataset, Dataset):
+        return
+    kind = type(dataset)
+    if (isinstance(dataset, (Sequence, Mapping)) or not hasattr(kind, "__getitem__")
+            or not hasattr(kind, "__len__")):
+        raise TypeError(f"DataLoader: dataset must be a Dataset (or an array that takes an "
+                        f"index array, with a length), got {kind.__name__}; wrap arrays or "
+                        f"lists in ndl.data.NDArrayDataset")
 
 
 class DataLoader:
@@ -42,12 +58,14 @@ class DataLoader:
         if isinstance(batch_size, bool) or size < 1:
             raise ValueError(f"DataLoader: batch_size must be a positive integer, got "
                              f"{batch_size!r}")
+        _check_dataset(dataset)
+        shuffle = flag("DataLoader", "shuffle", shuffle)  # (shuffle="no" is true to Python)
         if sampler is not None and shuffle:
             raise ValueError("DataLoader: sampler and shuffle=True exclude each other (the "
                              "sampler gives the order)")
         self.dataset = dataset
         self.batch_size = size
-        self.shuffle = bool(shuffle)
+        self.shuffle = shuffle
         self.sampler = sampler
         self.device = default_device() if device is None else device
         self.dtype = dtype

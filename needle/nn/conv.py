@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from .. import init, ops
+from ..arguments import flag
 from ..autograd import Tensor
 from ..backends import Device
 from .module import Module, Parameter, check_size
@@ -25,6 +26,7 @@ class Conv(Module):
         self.kernel_size = k = check_size("Conv", "kernel_size", kernel_size)
         self.stride = check_size("Conv", "stride", stride)
         self.padding = k // 2
+        bias = flag("Conv", "bias", bias)  # (bias="no" is true to Python)
         # the course's draw order: weight first, then bias; the weights laid out in memory
         # as the device's convolution reads them (the course's values and shape)
         weight = init.kaiming_uniform(c_in * k * k, c_out * k * k, shape=(k, k, c_in, c_out),

@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from .. import init, ops
+from ..arguments import flag, real
 from ..autograd import Tensor
 from ..backends import Device
 from .module import Module, Parameter, check_size
@@ -109,6 +110,7 @@ class Linear(Module):
         super().__init__()
         self.in_features = in_features = check_size("Linear", "in_features", in_features)
         self.out_features = out_features = check_size("Linear", "out_features", out_features)
+        bias = flag("Linear", "bias", bias)  # (bias="no" is true to Python)
         # the course's order: weight drawn first, then bias (with fan_in = out_features)
         self.weight = Parameter(init.kaiming_uniform(in_features, out_features,
                                                      device=device, dtype=dtype))
@@ -128,7 +130,10 @@ class Linear(Module):
             return x @ self.weight
         if x.ndim >= 2:
             return ops.affine(x, self.weight, self.bias)  # one node, bias added in place
-        return x @ self.weight + self.bias
+        bias = self.bias
+        if bias.shape == (1, self.out_features):  # a 1-d x gives (out_features,), as PyTorch
+            bias = ops.reshape(bias, (self.out_features,))
+        return x @ self.weight + bias
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
@@ -140,9 +145,10 @@ class Dropout(Module):
 
     def __init__(self, p: float = 0.5):
         super().__init__()
+        p = real("Dropout", "p", p)
         if not 0.0 <= p < 1.0:
             raise ValueError(f"Dropout: p must be in [0, 1), found {p}")
-        self.p = float(p)
+        self.p = p
 
     def forward(self, x: Tensor) -> Tensor:
         """x * mask / (1 - p) with mask = rand <= 1 - p in training; x in eval and at p = 0."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from .. import init, ops
+from ..arguments import flag
 from ..autograd import Tensor
 from ..backends import Device
 from ..grad_mode import is_grad_enabled
@@ -45,7 +46,7 @@ class _Cell(Module):
         super().__init__()
         self.input_size = n_in = check_size(owner, "input_size", input_size)
         self.hidden_size = H = check_size(owner, "hidden_size", hidden_size)
-        self.bias = bool(bias)
+        self.bias = bias = flag(owner, "bias", bias)  # (bias="no" is true to Python)
         k = math.sqrt(1 / H)
         # the course's draw order: W_ih, W_hh, bias_ih, bias_hh
         self.W_ih = _uniform(n_in, gates * H, k=k, device=device, dtype=dtype)
@@ -168,7 +169,7 @@ class _Stack(Module):
         self.input_size = check_size(owner, "input_size", input_size)
         self.hidden_size = check_size(owner, "hidden_size", hidden_size)
         self.num_layers = check_size(owner, "num_layers", num_layers)
-        self.bias = bool(bias)
+        self.bias = flag(owner, "bias", bias)
 
     def _check(self, X: Tensor, states: dict[str, Tensor | None]) -> None:
         owner = type(self).__name__

@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from .. import init, ops
+from ..arguments import flag
 from ..autograd import Tensor
 from ..autograd.graph import array_function
 from ..backends import Device
@@ -53,7 +54,7 @@ class MultiHeadAttention(Module):
     def __init__(self, *, dropout: float = 0.0, causal: bool = False,
                  device: Device | None = None, dtype: str = "float32"):
         super().__init__()  # device and dtype: the course's signature (no parameters here)
-        self.causal = bool(causal)
+        self.causal = flag("MultiHeadAttention", "causal", causal)
         self.dropout = Dropout(dropout)
 
     def create_causal_mask(self, i: int, j: int, device: Device, dtype: Any = "float32"
@@ -61,6 +62,10 @@ class MultiHeadAttention(Module):
         """(1, 1, i, j): -float32 max (float16: -65504) where a key comes after its query, 0
         elsewhere: the course's -max * triu(ones, j - i + 1), the i queries being the last i
         of the j keys."""
+        if i > j:
+            raise ValueError(f"MultiHeadAttention: a causal mask of {i} queries and {j} keys: "
+                             f"the first queries would see no key (a causal mask needs "
+                             f"T_q <= T_k)")
         xp = device.xp
         at = device.native
         dtype = getattr(xp, dtype) if isinstance(dtype, str) else dtype
@@ -88,6 +93,10 @@ class MultiHeadAttention(Module):
             raise ValueError(f"MultiHeadAttention: expected k and v of shape (B, H, T_k, D) = "
                              f"({B}, {H}, T_k, {D}), found q {q.shape}, k {k.shape}, "
                              f"v {v.shape}")
+        if self.causal and T > T_k > 0:
+            raise ValueError(f"MultiHeadAttention: causal attention needs at least as many "
+                             f"keys as queries (the first queries would see none), found "
+                             f"q {q.shape}, k {k.shape}")
         # softmax(q kᵀ / sqrt(D) + mask) as one node: the scaling and the causal mask
         # (create_causal_mask's, applied in place of its add) are fused into the softmax
         logits = ops.MatMul(transpose_b=True)(q, k)
@@ -133,11 +142,12 @@ class AttentionLayer(Module):
         three LayerNorms differ only in weight and bias, so q is normalised once and shared
         (the same numbers, a third of the statistics and of their gradient), unless the
         device has a fused layer norm (torch: PyTorch's; cuda: one kernel each way)."""
-        for name, x in (("q", q), ("k", k), ("v", v)):
-            if not isinstance(x, Tensor) or x.ndim != 3:
+        for name, x, features in (("q", q, self.q_features), ("k", k, self.k_features),
+                                  ("v", v, self.v_features)):
+            if not isinstance(x, Tensor) or x.ndim != 3 or x.shape[2] != features:
                 found = x.shape if isinstance(x, Tensor) else type(x).__name__
-                raise ValueError(f"AttentionLayer: expected {name} of shape (B, T, features), "
-                                 f"found {found}")
+                raise ValueError(f"AttentionLayer: expected {name} of shape (B, T, "
+                                 f"{name}_features={features}), found {found}")
         norms = (self.prenorm_q, self.prenorm_k, self.prenorm_v)
         if (k is q and v is q and q.shape[-1] == self.q_features
                 and all(type(n) is LayerNorm1d and n.eps == norms[0].eps for n in norms)
@@ -192,6 +202,11 @@ class TransformerLayer(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """x (B, T, q_features) -> the same shape."""
+        features = self.attn.q_features
+        if not isinstance(x, Tensor) or x.ndim != 3 or x.shape[2] != features:
+            found = x.shape if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"TransformerLayer: expected x of shape (B, T, q_features="
+                             f"{features}), found {found}")
         x = x + self.dropout(self.attn(x))
         hidden = self.dropout(self.relu(self.linear1(self.norm(x))))
         return x + self.dropout(self.linear2(hidden))
@@ -210,7 +225,7 @@ class Transformer(Module):
         self.hidden_size = check_size("Transformer", "hidden_size", hidden_size)
         self.num_layers = check_size("Transformer", "num_layers", num_layers)
         self.sequence_len = check_size("Transformer", "sequence_len", sequence_len)
-        self.batch_first = bool(batch_first)
+        self.batch_first = flag("Transformer", "batch_first", batch_first)
         kw = dict(device=device, dtype=dtype)
         # the course's order: the positional table first, then the layers
         self.pos_embedding = Embedding(self.sequence_len, self.embedding_size, **kw)
@@ -227,6 +242,10 @@ class Transformer(Module):
             found = x.shape if isinstance(x, Tensor) else type(x).__name__
             raise ValueError(f"Transformer: expected x of shape {layout} with E="
                              f"{self.embedding_size}, found {found}")
+        at = getattr(self.pos_embedding, "weight", None)
+        if isinstance(at, Tensor) and x.device != at.device:  # (each library fails its way)
+            raise ValueError(f"Transformer: x is on {x.device}, the model on {at.device}; "
+                             f"move one of them with .to()")
         if not self.batch_first:
             x = _c_order(ops.transpose(x, (0, 1)))
         T = x.shape[1]

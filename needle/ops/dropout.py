@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..arguments import check_range
 from ..autograd.tensor import Tensor, TensorOp
 from ..backends import namespace
 from ..kernels import Kernel
@@ -31,7 +32,9 @@ class DropoutMask(TensorOp):
     """x * (draws <= keep) / keep for uniform `draws` of x's shape (a constant input)."""
 
     def __init__(self, keep: float):
-        self.keep = float(keep)
+        # keep > 1 would scale by 1 / keep with no entry dropped, 0 divide by 0
+        self.keep = check_range("dropout", "keep", keep, 0.0, 1.0, high_inclusive=True,
+                                low_inclusive=False)
 
     def compute(self, x, draws):
         if tuple(draws.shape) != tuple(x.shape):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..arguments import flag, real
 from ..autograd.tensor import Tensor, TensorOp
 from ..backends import namespace
 from ..kernels import SUM, Kernel
@@ -74,16 +75,23 @@ class Softmax(TensorOp):
     (j > i over the last two axes) gets probability 0."""
 
     def __init__(self, temperature: float = 1.0, causal: bool = False):
+        temperature = real("softmax", "temperature", temperature)
         if not temperature > 0:
             raise ValueError(f"softmax: temperature must be positive, found {temperature}")
-        self.temperature = float(temperature)
-        self.causal = bool(causal)
+        self.temperature = temperature
+        self.causal = flag("softmax", "causal", causal)
 
     def compute(self, a):
         check_floating("softmax", a)
         if a.ndim < 1 + self.causal:  # checked here: each library fails in its own way
             need = "a causal mask needs 2" if self.causal else "softmax over the last axis needs 1"
             raise ValueError(f"softmax: {need} or more dimensions, found shape {tuple(a.shape)}")
+        if self.causal and a.shape[-2] > a.shape[-1] > 0:
+            # the first queries would see no key and attend to all of them alike (no keys
+            # at all: an empty result, nothing to mask)
+            raise ValueError(f"softmax: a causal mask needs at least as many keys (the last "
+                             f"axis) as queries (the axis before), found shape "
+                             f"{tuple(a.shape)}")
         return SOFTMAX(a, self.temperature, self.causal)
 
     def gradient(self, out_grad, node):
