@@ -56,13 +56,16 @@ def holds_values(obj: Any, depth: int = 2) -> bool:
         return True
     if depth == 0 or isinstance(obj, (str, bytes, type, types.ModuleType)):
         return False
+    return any(holds_values(o, depth - 1) for o in _contents(obj))
+
+
+def _contents(obj: Any) -> list:
+    """What a container holds, or another object's attributes."""
     if isinstance(obj, dict):
-        items = list(obj.values())
-    elif isinstance(obj, (tuple, list, set, frozenset)):
-        items = list(obj)
-    else:
-        items = _attributes(obj)
-    return any(holds_values(o, depth - 1) for o in items)
+        return list(obj.values())
+    if isinstance(obj, (tuple, list, set, frozenset)):
+        return list(obj)
+    return _attributes(obj)
 
 
 def reachable(roots: list, depth: int = 3, limit: int = 20000) -> set[int]:
@@ -90,12 +93,8 @@ def reachable(roots: list, depth: int = 3, limit: int = 20000) -> set[int]:
             items = [c.cell_contents for c in obj.__closure__ or () if _full(c)]
             items += [*(obj.__defaults__ or ()), *(obj.__kwdefaults__ or {}).values()]
             items += [names[n] for n in obj.__code__.co_names if n in names]
-        elif isinstance(obj, dict):
-            items = list(obj.values())
-        elif isinstance(obj, (tuple, list, set, frozenset)):
-            items = list(obj)
         else:
-            items = _attributes(obj)
+            items = _contents(obj)
         todo += [(o, left - 1) for o in items]
     return found
 
