@@ -109,7 +109,10 @@ class _AffineNorm(PromotingOp):
     kernel: Kernel
 
     def __init__(self, eps: float = 1e-5):
-        self.eps = check_range(self.op_name, "eps", eps, 0.0)  # (eps < 0: NaN)
+        # (eps < 0: NaN; a layer's float eps, checked when the layer was made, is taken as is:
+        # these ops are made at every forward)
+        self.eps = eps if eps.__class__ is float and 0.0 <= eps < 1e308 else check_range(
+            self.op_name, "eps", eps, 0.0)
         self.stats = None
 
     @staticmethod

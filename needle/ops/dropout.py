@@ -33,8 +33,11 @@ class DropoutMask(TensorOp):
 
     def __init__(self, keep: float):
         # keep > 1 would scale by 1 / keep with no entry dropped, 0 divide by 0
-        self.keep = check_range("dropout", "keep", keep, 0.0, 1.0, high_inclusive=True,
-                                low_inclusive=False)
+        if keep.__class__ is float and 0.0 < keep <= 1.0:  # (made at every forward)
+            self.keep = keep
+        else:
+            self.keep = check_range("dropout", "keep", keep, 0.0, 1.0, high_inclusive=True,
+                                    low_inclusive=False)
 
     def compute(self, x, draws):
         if tuple(draws.shape) != tuple(x.shape):

@@ -107,7 +107,8 @@ class Normalize(TensorOp):
 
     def __init__(self, axes, eps: float = 1e-5):
         self.axes = freeze_axes(axes)
-        self.eps = check_range("normalize", "eps", eps, 0.0)  # (eps < 0: NaN)
+        self.eps = eps if eps.__class__ is float and 0.0 <= eps < 1e308 else check_range(
+            "normalize", "eps", eps, 0.0)  # (eps < 0: NaN; a float is taken at once)
         self.stats = None
 
     def compute(self, x):
