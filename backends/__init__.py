@@ -5,6 +5,8 @@ Installed as `needle.backends`. Factories return one cached Device per (kind, in
 
 from __future__ import annotations
 
+import operator
+
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
@@ -167,7 +169,7 @@ def manual_seed(seed: int) -> None:
     Initial weights come from numpy's global state; Dropout masks from the device's own
     generator (numpy's global state on cpu and strict), so a seeded run repeats on any device.
     """
-    seed = int(seed)
+    seed = operator.index(seed)  # (TypeError for 1.7 or "3")
     np.random.seed(seed)
     Device.global_seed = seed
     for dev in _DEVICES.values():

@@ -333,6 +333,9 @@ class Device(Layout, DLPackExchange):
                 self.dtype(obj.dtype)  # TypeError for a dtype needle does not hold (bfloat16)
             if dt is None or obj.dtype == dt:
                 return xp.asarray(obj, copy=True)
+            target = np.dtype(self.public_dtype(dt))
+            if target.kind in "iu" and not self.defers_checks:  # (a read: host memory only)
+                _check_fits(self.to_numpy(obj), target)
             return xp.astype(obj, dt)  # a copy
         host = host_array(obj)
         if host.dtype.kind not in NUMERIC_KINDS:
@@ -342,7 +345,7 @@ class Device(Layout, DLPackExchange):
             )
         if dt is not None:  # cast on the host, so the data is copied once
             target = np.dtype(self.public_dtype(dt))
-            if target.kind in "iu" and host.dtype.kind in "iuf" and host.size:
+            if target.kind in "iu":
                 _check_fits(host, target)
             host = host.astype(target, copy=False)
         return self.from_numpy(host)
@@ -354,11 +357,18 @@ record_calls(Device)
 def _check_fits(host: np.ndarray, target: np.dtype) -> None:
     """ValueError unless every value of `host` is one of the integer dtype `target`'s: numpy's
     cast wraps (2**40 as int32 is 0, 300 as uint8 44) and turns NaN into garbage."""
-    if host.dtype.kind == "f" and not np.isfinite(host).all():
+    kind = host.dtype.kind
+    if kind == "c":
+        raise TypeError(f"complex data for an array of dtype {target}")
+    if kind not in "iuf" or not host.size:
+        return
+    if kind == "f" and not np.isfinite(host).all():
         raise ValueError(f"NaN or infinity in data for an array of dtype {target}")
     info = np.iinfo(target)
     low, high = host.min(), host.max()
-    if low < info.min or high > info.max:
+    # (a float compared with info.max rounds it up: 2.0**63 would pass for int64)
+    top = float(info.max) + 1 if kind == "f" else info.max + 1
+    if low < info.min or high >= top:
         bad = low if low < info.min else high
         raise ValueError(f"the value {bad} does not fit dtype {target} "
                          f"[{info.min}, {info.max}]")

@@ -71,3 +71,62 @@ def test_floating_functions_of_bools_and_astype_without_a_dtype(device):
             fn(b)
     with pytest.raises(TypeError, match="astype: dtype must be given"):
         ndl.ops.astype(ndl.Tensor([1.0], device=device), None)
+
+
+def test_stack_of_a_tensor_tuple_still_works(device):
+    """The course's Split rule is `stack(out_grad, axis)` with a TensorTuple."""
+    x = ndl.Tensor(np.arange(6.0).reshape(3, 2), device=device, dtype="float32")
+    out = ndl.stack(ndl.ops.split(x, 0), 1)
+    np.testing.assert_array_equal(out.numpy(), np.arange(6.0).reshape(3, 2).T)
+
+
+@pytest.mark.parametrize("data, dtype, match", [
+    (np.array([300]), "uint8", "the value 300 does not fit dtype uint8"),  # the device's own
+    (np.array([np.nan, 300.0]), "int32", "NaN or infinity"),
+    (np.array([2.0**63]), "int64", "does not fit dtype int64"),  # (rounds to int64's max)
+    (np.array([2.0**31], dtype=np.float32), "int32", "does not fit dtype int32"),
+])
+def test_arrays_out_of_an_integer_dtype_are_refused_too(data, dtype, match, device):
+    """On cpu numpy arrays are the device's own and skipped the check; a float at the limit
+    compared equal to it."""
+    if device.defers_checks:
+        pytest.skip("an accelerator's own arrays are not read")
+    with pytest.raises(ValueError, match=match):
+        ndl.Tensor(data, device=device, dtype=dtype)
+    with pytest.raises(TypeError, match="complex data for an array of dtype int32"):
+        ndl.Tensor(np.array([1 + 2j]), device=device, dtype="int32")
+    np.testing.assert_array_equal(ndl.Tensor(np.array([2.0**31 - 1]), device=device,
+                                             dtype="int32").numpy(), [2**31 - 1])
+
+
+def test_a_user_rule_returning_another_librarys_array_is_named(device):
+    class Triple(ndl.autograd.TensorOp):
+        def compute(self, a):
+            return a * 3
+
+        def gradient(self, out_grad, node):
+            return ndl.backend_ndarray.NDArray(out_grad.numpy() * 3, device=ndl.cpu())
+
+    for create_graph in (True, False):
+        w = ndl.Tensor(np.ones(3), device=device, dtype="float32")
+        if device.kind == "cpu":  # an NDArray of the node's device is taken as a constant
+            Triple()(w).sum().backward(create_graph=create_graph)
+            np.testing.assert_array_equal(w.grad.numpy(), [3.0, 3.0, 3.0])
+        else:
+            with pytest.raises(TypeError, match="Triple.gradient returned NDArray for a node"):
+                Triple()(w).sum().backward(create_graph=create_graph)
+
+
+def test_ndarray_writes_follow_the_operand_rules(device):
+    t = ndl.Tensor(np.zeros((2, 3)), device=device, dtype="int32")
+    with pytest.raises(ValueError, match="out of the range of int32"):
+        t.realize_cached_data()[:] = np.full((2, 3), 2**40)
+    with pytest.raises(TypeError, match="an operand of dtype float64 for a tensor of dtype int32"):
+        t.realize_cached_data()[:] = np.full((2, 3), 0.7)
+    t.realize_cached_data()[:] = np.full((2, 3), 5)
+    np.testing.assert_array_equal(t.numpy(), np.full((2, 3), 5))
+
+
+def test_manual_seed_takes_integers_only():
+    with pytest.raises(TypeError):
+        ndl.manual_seed(1.7)

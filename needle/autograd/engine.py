@@ -14,6 +14,8 @@ import weakref
 from operator import attrgetter
 from typing import Any
 
+from ..backend_ndarray import unwrap
+from ..backends import is_device_array
 from ..grad_mode import _grad_enabled
 from . import graph
 from .graph import Value, find_topo_sort
@@ -61,10 +63,27 @@ class ArrayNode:
 def _tensor_rule(op: Any, grad: Any, node: Value) -> tuple:
     """A user op's rule, written with Tensors as the course's are (`node.inputs[0].numpy()`,
     `out_grad.transpose()`), run on Tensors with no graph recorded: its adjoints' arrays."""
-    parts = op.gradient(node.__class__.make_const(grad, device=node.device), node)
+    parts = user_parts(op, op.gradient(node.__class__.make_const(grad, device=node.device),
+                                       node), node)
+    return tuple(None if p is None else p._array for p in parts)
+
+
+def user_parts(op: Any, parts: Any, node: Value) -> tuple:
+    """A user rule's adjoints as a tuple of Values of the node's device (or None): an
+    NDArray or an array of the device is taken as a constant, another library's or
+    device's array is a TypeError naming the op (it was stored in `.grad` unchecked)."""
     if parts.__class__ is not tuple:
         parts = tuple(parts) if isinstance(parts, list) else (parts,)
-    return tuple(None if p is None else p._array if isinstance(p, Value) else p for p in parts)
+    device, out = node.device, []
+    for p in parts:
+        if p is not None and not isinstance(p, Value):
+            raw = unwrap(p)
+            if not (is_device_array(raw) and device.owns(raw)):
+                raise TypeError(f"{type(op).__name__}.gradient returned {type(p).__name__} "
+                                f"for a node on {device}: return Tensors (or None)")
+            p = node.__class__.make_const(raw, device=device)
+        out.append(p)
+    return tuple(out)
 
 
 def backward(output: Value, out_grad: Any, retain_graph: bool = True) -> None:
@@ -108,6 +127,8 @@ def backward(output: Value, out_grad: Any, retain_graph: bool = True) -> None:
             # could free. It stays alive while the leaves' gradients (built on it) are.
             node._grad = grad if grad.op is None else weakref.ref(grad)
             parts = op.gradient(grad, node)
+            if not op.array_rules:  # a user's rule: what it returns is checked
+                parts = user_parts(op, parts, node)
         else:
             node._grad = grad  # an array (or a tuple): `Value.grad` wraps it when read
             if op.array_rules:

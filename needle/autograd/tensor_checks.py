@@ -77,11 +77,11 @@ def array_operand(tensor: Any, other: Any) -> Any:
     if where != device and where.kind != "cpu":  # (numpy's: host data)
         raise ValueError(f"an operand on {where} for a tensor on {device}: move it with .to() "
                          "or the device's asarray")
-    _check_operand_dtype(tensor, raw, where)
+    check_operand_dtype(tensor, raw, where)
     return device.asarray(raw, dtype=tensor._array.dtype)
 
 
-def _check_operand_dtype(tensor: Any, raw: Any, where: Any) -> None:
+def check_operand_dtype(tensor: Any, raw: Any, where: Any) -> None:
     """TypeError where the operand's values do not fit the tensor's dtype, as for numbers
     (fractions or complex numbers into integers, anything but bools into bool); ValueError
     for host integers out of an integer dtype's range. (They were cast silently.)"""

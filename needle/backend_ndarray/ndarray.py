@@ -203,44 +203,16 @@ class NDArray(metaclass=_AnyDeviceArray):
 
     def __setitem__(self, idxs: Any, other: Any) -> None:
         """Write `other` (an NDArray, a Tensor, a device or host array, a number) at `idxs`."""
-        self._assign(self._written(self._array, self._index(idxs), self._value(other)))
+        from .writes import written_value
+
+        self._assign(self._written(self._array, self._index(idxs), written_value(self, other)))
 
     def fill(self, value: Any) -> None:
         """Set every element to the number `value`."""
-        self._assign(self.device.full(self._array.shape, self._number(value),
+        from .writes import written_number
+
+        self._assign(self.device.full(self._array.shape, written_number(self, value),
                                       dtype=self._array.dtype))
-
-    def _value(self, other: Any) -> Any:
-        """`other` as an array of this device: host data (numpy's) is copied over, another
-        device's array is a ValueError, as in arithmetic."""
-        if other.__class__ is NDArray:
-            value, source = other._array, other.device
-        elif hasattr(other, "_realize") and isinstance(getattr(other, "device", None), Device):
-            value, source = other._realize(), other.device  # a Tensor
-        elif is_device_array(other):
-            value, source = other, device_of(other)
-        else:
-            return self.device.asarray(self._number(other), dtype=self._array.dtype)
-        if source != self.device:
-            if source.kind != "cpu":
-                raise ValueError(f"NDArray write: the value is on {source}, the array on "
-                                 f"{self.device}; move it with .to({self.device})")
-            value = self.device.asarray(value)  # host data
-        return value
-
-    def _number(self, value: Any) -> Any:
-        """A Python number written into this array: a ValueError where the dtype cannot hold
-        it (an int out of an integer dtype's range, NaN or inf into integers), as numpy's."""
-        from ..ops.scalar import int_operand, int_range
-
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return value
-        if isinstance(value, int):
-            return int_operand("NDArray write", self._array, value)
-        if int_range(self._array) is not None and not math.isfinite(value):
-            raise ValueError(f"NDArray write: {value} into an array of dtype {self.dtype}, "
-                             "which holds no NaN or infinity")
-        return value
 
     def _index(self, idxs: Any) -> tuple:
         from ..ops.movement import normalize_index

@@ -175,7 +175,7 @@ class Stack(TensorOp):
 
 def stack(args: Iterable[Any], axis: int) -> Tensor:
     """Stack tensors along a new axis."""
-    if isinstance(args, Value):  # (a Tensor's rows would be stacked back, as it was)
+    if isinstance(args, Tensor):  # (its rows would be stacked back; a TensorTuple is fine)
         raise TypeError(f"stack: expected a sequence of tensors, got a {type(args).__name__}"
                         f" of shape {args.shape}")
     tensors = list(args)
