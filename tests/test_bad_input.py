@@ -46,7 +46,9 @@ def test_iterating_a_0d_tensor_is_a_type_error(device):
 
 def test_a_device_must_be_a_device():
     for call in (lambda: ndl.Tensor([1.0], device="cpu"), lambda: ndl.Tensor([1.0]).to("cpu"),
-                 lambda: ndl.Tensor([1.0], device=np)):
+                 lambda: ndl.Tensor([1.0], device=np), lambda: ndl.init.zeros(2, device="cpu"),
+                 lambda: ndl.nn.Linear(2, 2, device="cpu"),
+                 lambda: ndl.init.kaiming_uniform(2, 3, device="cpu")):
         with pytest.raises(TypeError, match="device must be a needle Device"):
             call()
 
@@ -56,6 +58,8 @@ def test_functional_ops_name_an_operand_that_is_not_a_tensor(device):
     for other, kind in ((1.0, "float"), (None, "NoneType"), ("a", "str")):
         with pytest.raises(TypeError, match=f"EWiseAdd: input 1 is a {kind}, not a Tensor"):
             ndl.add(x, other)
+        with pytest.raises(TypeError, match=f"EWiseAdd: input 0 is a {kind}, not a Tensor"):
+            ndl.add(other, x)
     with pytest.raises(TypeError, match="stack: expected a sequence of tensors, got a Tensor"):
         ndl.stack(x, 0)
     with pytest.raises(TypeError, match="add_n: needs at least one tensor"):

@@ -281,6 +281,10 @@ def _evaluate(op: Op, inputs: tuple) -> Any:
     """`op` on raw arrays: its `compute` (a mix with Values is a TypeError)."""
     for x in inputs:
         if isinstance(x, Value):
+            for i, y in enumerate(inputs):
+                if not isinstance(y, Value) and not is_device_array(y):  # (`add(1.0, x)`)
+                    raise TypeError(f"{type(op).__name__}: input {i} is a {type(y).__name__}, "
+                                    "not a Tensor (the operators, `x + 1.0`, take numbers)")
             raise TypeError(f"{type(op).__name__}: got both Tensors and raw arrays as inputs; "
                             "wrap the arrays in Tensors (or pass arrays only)")
     if _TRACER is not None:

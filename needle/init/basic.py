@@ -6,6 +6,7 @@ from typing import Any
 
 from ..arguments import check_range, finite
 from ..autograd import Tensor
+from ..autograd.tensor_checks import check_device
 from ..backends import Device, default_device
 from ..ops.indices import as_index_array
 
@@ -37,7 +38,7 @@ def _floating(owner: str, device: Device, dtype: Any) -> None:
 def rand(*shape: int, low: float = 0.0, high: float = 1.0, device: Device | None = None,
          dtype: Any = "float32", requires_grad: bool = False) -> Tensor:
     """Uniform numbers in [low, high): `rand(*shape) * (high - low) + low` in float64, cast."""
-    device = default_device() if device is None else device
+    device = device_or_default(device)
     low, high = finite("rand", "low", low), finite("rand", "high", high)
     if not low <= high:
         raise ValueError(f"rand: low must be <= high, found low={low}, high={high}")
@@ -49,7 +50,7 @@ def rand(*shape: int, low: float = 0.0, high: float = 1.0, device: Device | None
 def randn(*shape: int, mean: float = 0.0, std: float = 1.0, device: Device | None = None,
           dtype: Any = "float32", requires_grad: bool = False) -> Tensor:
     """Normal numbers: `randn(*shape) * std + mean` in float64, cast."""
-    device = default_device() if device is None else device
+    device = device_or_default(device)
     mean, std = finite("randn", "mean", mean), check_range("randn", "std", std, 0.0)
     _floating("randn", device, dtype)
     array = device.normal(shape, mean, std, dtype=dtype)
@@ -59,7 +60,7 @@ def randn(*shape: int, mean: float = 0.0, std: float = 1.0, device: Device | Non
 def constant(*shape: int, c: float = 1.0, device: Device | None = None, dtype: Any = "float32",
              requires_grad: bool = False) -> Tensor:
     """A tensor filled with `c`."""
-    device = default_device() if device is None else device
+    device = device_or_default(device)
     array = device.full(shape, c, dtype=dtype)
     return _tensor(array, device, dtype, requires_grad)
 
@@ -79,7 +80,7 @@ def zeros(*shape: int, device: Device | None = None, dtype: Any = "float32",
 def randb(*shape: int, p: float = 0.5, device: Device | None = None, dtype: Any = "bool",
           requires_grad: bool = False) -> Tensor:
     """Bernoulli(p) draws: `rand(*shape) <= p` in float64, as `dtype`."""
-    device = default_device() if device is None else device
+    device = device_or_default(device)
     p = check_range("randb", "p", p, 0.0, 1.0, high_inclusive=True)
     array = device.bernoulli(shape, p, dtype=dtype)
     return _tensor(array, device, dtype, requires_grad)
@@ -88,7 +89,7 @@ def randb(*shape: int, p: float = 0.5, device: Device | None = None, dtype: Any 
 def one_hot(n: int, i: Any, device: Device | None = None, dtype: Any = "float32",
             requires_grad: bool = False) -> Tensor:
     """One-hot rows of length `n` for the labels `i` (integers, or floats holding whole numbers)."""
-    device = default_device() if device is None else device
+    device = device_or_default(device)
     if isinstance(i, Tensor):  # (as_index_array reads its array: ndl.compile, the Tensor's)
         i = i.to(device)
     elif not device.owns(i):
@@ -109,3 +110,12 @@ def ones_like(array: Tensor, *, device: Device | None = None,
     """Ones with the shape and dtype of `array`."""
     device = array.device if device is None else device
     return ones(*array.shape, dtype=array.dtype, device=device, requires_grad=requires_grad)
+
+
+def device_or_default(device: Device | None) -> Device:
+    """`device`, the default device for None; a TypeError for anything but a Device."""
+    if device is None:
+        return default_device()
+    check_device(device)
+    return device
+

@@ -6,8 +6,7 @@ import math
 
 from ..arguments import check_range
 from ..autograd import Tensor
-from ..backends import default_device
-from .basic import _floating, rand, randn
+from .basic import _floating, device_or_default, rand, randn
 
 
 def _relu_gain(nonlinearity: str) -> float:
@@ -21,7 +20,7 @@ def _fans(owner: str, fan_in: int, fan_out: int, kwargs: dict, both: bool = Fals
     the fans >= 0, and `kwargs`' dtype a floating one; a TypeError or ValueError naming them
     otherwise (a ZeroDivisionError, a NaN bound or truncated integer weights before)."""
     device = kwargs.get("device")
-    _floating(owner, default_device() if device is None else device,
+    _floating(owner, device_or_default(device),
               kwargs.get("dtype", "float32"))
     fans = check_range(owner, "fan_in", fan_in, 0.0)
     if both:
