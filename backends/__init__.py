@@ -13,7 +13,8 @@ import numpy as np
 
 from .cpu import CPUDevice
 from .cuda import CUDADevice
-from .device import Device, host_array
+from .device import Device
+from .host_data import host_array
 from .dlpack import describe_dlpack_device, dlpack_device_of
 from .jax_device import JaxDevice
 from .strict import STRICT_DEVICES, StrictDevice

@@ -9,6 +9,7 @@ import numpy as np
 
 from .call_hook import record_calls
 from .dlpack import DLPackExchange
+from .host_data import check_fits, host_array
 from .layout import Layout
 
 # dtype names the array API standard defines (plus float16 where a library has it)
@@ -335,7 +336,7 @@ class Device(Layout, DLPackExchange):
                 return xp.asarray(obj, copy=True)
             target = np.dtype(self.public_dtype(dt))
             if target.kind in "iu" and not self.defers_checks:  # (a read: host memory only)
-                _check_fits(self.to_numpy(obj), target)
+                check_fits(self.to_numpy(obj), target)
             return xp.astype(obj, dt)  # a copy
         host = host_array(obj)
         if host.dtype.kind not in NUMERIC_KINDS:
@@ -346,7 +347,7 @@ class Device(Layout, DLPackExchange):
         if dt is not None:  # cast on the host, so the data is copied once
             target = np.dtype(self.public_dtype(dt))
             if target.kind in "iu":
-                _check_fits(host, target)
+                check_fits(host, target)
             host = host.astype(target, copy=False)
         return self.from_numpy(host)
 
@@ -354,51 +355,8 @@ class Device(Layout, DLPackExchange):
 record_calls(Device)
 
 
-def _check_fits(host: np.ndarray, target: np.dtype) -> None:
-    """ValueError unless every value of `host` is one of the integer dtype `target`'s: numpy's
-    cast wraps (2**40 as int32 is 0, 300 as uint8 44) and turns NaN into garbage."""
-    kind = host.dtype.kind
-    if kind == "c":
-        raise TypeError(f"complex data for an array of dtype {target}")
-    if kind not in "iuf" or not host.size:
-        return
-    if kind == "f" and not np.isfinite(host).all():
-        raise ValueError(f"NaN or infinity in data for an array of dtype {target}")
-    info = np.iinfo(target)
-    low, high = host.min(), host.max()
-    # (a float compared with info.max rounds it up: 2.0**63 would pass for int64)
-    top = float(info.max) + 1 if kind == "f" else info.max + 1
-    if low < info.min or high >= top:
-        bad = low if low < info.min else high
-        raise ValueError(f"the value {bad} does not fit dtype {target} "
-                         f"[{info.min}, {info.max}]")
-
-
 def _shape(shape: tuple) -> tuple:
     """Accept both `f(2, 3)` and `f((2, 3))`."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         return tuple(shape[0])
     return tuple(int(s) for s in shape)
-
-
-def host_array(obj: Any) -> np.ndarray:
-    """Any array (numpy, cupy, array-api-strict, ...), list or scalar as a host numpy array."""
-    if isinstance(obj, np.ndarray):
-        return obj
-    if type(obj).__module__.startswith(("cupy", "torch", "jax", "array_api_strict")):
-        # another device's array (on a GPU too): its device copies it to the host, never
-        # numpy's implicit conversion (which fails for GPU arrays)
-        from . import device_of
-
-        try:
-            source = device_of(obj)
-        except TypeError:  # not an array of a needle device (a torch.Size, say)
-            source = None
-        if source is not None:
-            return source.to_numpy(obj)
-    if hasattr(obj, "__dlpack__") and hasattr(obj, "shape"):
-        try:
-            return np.from_dlpack(obj)
-        except (BufferError, TypeError, RuntimeError, ValueError):
-            pass
-    return np.asarray(obj)

@@ -1,0 +1,51 @@
+"""Host data for `Device.asarray`: any array, list or scalar as a numpy array, and the check
+that its values fit an integer dtype before numpy's cast (which wraps them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def host_array(obj: Any) -> np.ndarray:
+    """Any array (numpy, cupy, array-api-strict, ...), list or scalar as a host numpy array."""
+    if isinstance(obj, np.ndarray):
+        return obj
+    if type(obj).__module__.startswith(("cupy", "torch", "jax", "array_api_strict")):
+        # another device's array (on a GPU too): its device copies it to the host, never
+        # numpy's implicit conversion (which fails for GPU arrays)
+        from . import device_of
+
+        try:
+            source = device_of(obj)
+        except TypeError:  # not an array of a needle device (a torch.Size, say)
+            source = None
+        if source is not None:
+            return source.to_numpy(obj)
+    if hasattr(obj, "__dlpack__") and hasattr(obj, "shape"):
+        try:
+            return np.from_dlpack(obj)
+        except (BufferError, TypeError, RuntimeError, ValueError):
+            pass
+    return np.asarray(obj)
+
+
+def check_fits(host: np.ndarray, target: np.dtype) -> None:
+    """ValueError unless every value of `host` is one of the integer dtype `target`'s: numpy's
+    cast wraps (2**40 as int32 is 0, 300 as uint8 44) and turns NaN into garbage."""
+    kind = host.dtype.kind
+    if kind == "c":
+        raise TypeError(f"complex data for an array of dtype {target}")
+    if kind not in "iuf" or not host.size:
+        return
+    if kind == "f" and not np.isfinite(host).all():
+        raise ValueError(f"NaN or infinity in data for an array of dtype {target}")
+    info = np.iinfo(target)
+    low, high = host.min(), host.max()
+    # (a float compared with info.max rounds it up: 2.0**63 would pass for int64)
+    top = float(info.max) + 1 if kind == "f" else info.max + 1
+    if low < info.min or high >= top:
+        bad = low if low < info.min else high
+        raise ValueError(f"the value {bad} does not fit dtype {target} "
+                         f"[{info.min}, {info.max}]")
