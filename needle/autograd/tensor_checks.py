@@ -84,7 +84,7 @@ def array_operand(tensor: Any, other: Any) -> Any:
 def check_operand_dtype(tensor: Any, raw: Any, where: Any) -> None:
     """TypeError where the operand's values do not fit the tensor's dtype, as for numbers
     (fractions or complex numbers into integers, anything but bools into bool); ValueError
-    for host integers out of an integer dtype's range. (They were cast silently.)"""
+    for integers out of an integer dtype's range. (They were cast silently.)"""
     src = where.public_dtype(raw.dtype)
     dst = tensor.device.public_dtype(tensor._array.dtype)
     if src == dst:
@@ -94,12 +94,26 @@ def check_operand_dtype(tensor: Any, raw: Any, where: Any) -> None:
         raise TypeError(f"an operand of dtype {src} for a tensor of dtype {dst}: its values "
                         "do not fit the tensor's dtype; convert the tensor first, e.g. with "
                         "ndl.ops.astype(x, \"float32\")")
-    if src.kind in "iu" and dst.kind in "iu" and where.kind == "cpu" and prod(raw.shape):
-        info = tensor.device.xp.iinfo(tensor._array.dtype)
-        low, high = int(raw.min()), int(raw.max())
-        if low < info.min or high > info.max:
-            raise ValueError(f"an operand of dtype {src} holds {low if low < info.min else high}"
-                             f", out of the range of {dst} [{info.min}, {info.max}]")
+    if src.kind in "iu" and dst.kind in "iu" and prod(raw.shape):
+        _check_int_range(tensor, raw, where, src, dst)
+
+
+def _check_int_range(tensor: Any, raw: Any, where: Any, src: Any, dst: Any) -> None:
+    """ValueError where integers `raw` (of `where`) fall outside dtype `dst`'s range: one
+    read of host data or of a device that does not defer checks, else a deferred check."""
+    info = tensor.device.xp.iinfo(tensor._array.dtype)
+    xp = where.xp
+    have = xp.iinfo(raw.dtype)
+    low, high = max(info.min, have.min), min(info.max, have.max)  # (in raw's dtype too)
+    if low == have.min and high == have.max:
+        return  # every value of raw's dtype fits
+    message = (f"an operand of dtype {src} holds values out of the range of {dst} "
+               f"[{info.min}, {info.max}]")
+    bad = xp.any((raw < low) | (raw > high))
+    if where.defers_checks:
+        where.defer_check(bad, lambda: message)
+    elif bool(bad):
+        raise ValueError(message)
 
 
 def checked_compute(compute: Callable) -> Callable:
