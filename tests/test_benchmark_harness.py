@@ -200,3 +200,31 @@ def test_gpu_py_cupy_launches_column_turns_direct_launches_off_during_its_step_o
     with pytest.raises(RuntimeError):
         run()
     assert seen == [False, False] and launch.DIRECT is before
+
+
+def test_affinity_probe_tells_waiting_from_working_and_pins_the_process():
+    """benchmarks/affinity.py: a step that sleeps shows wall time but almost no thread CPU
+    time, a busy step about as much of each, every call is closed by its sync; `pin` leaves
+    the process on the one CPU it names."""
+    import os
+    import time
+
+    import affinity
+
+    syncs = []
+    wall, busy = affinity.timed(lambda: time.sleep(0.02), lambda: syncs.append(1), steps=3)
+    assert syncs == [1, 1, 1] and wall >= 19 and busy < 5
+
+    def spin():
+        end = time.thread_time() + 0.01
+        while time.thread_time() < end:
+            pass
+    wall, busy = affinity.timed(spin, lambda: None, steps=3)
+    assert busy >= 9.5 and wall >= busy
+    before = os.sched_getaffinity(0)
+    try:
+        cpu = min(before)
+        affinity.pin(cpu)
+        assert os.sched_getaffinity(0) == {cpu}
+    finally:
+        os.sched_setaffinity(0, before)
