@@ -118,6 +118,28 @@ def test_norm_layers_check_eps_and_momentum(make, device):
         assert make(momentum=1, device=device).momentum == 1.0
 
 
+@pytest.mark.parametrize("make", [lambda: nn.BatchNorm1d(3), lambda: nn.BatchNorm2d(3),
+                                  lambda: nn.LayerNorm1d(3), lambda: nn.Dropout(0.1)],
+                         ids=["BatchNorm1d", "BatchNorm2d", "LayerNorm1d", "Dropout"])
+def test_layer_settings_are_checked_when_assigned_after_construction(make):
+    """`bn.eps = -1.0`, `bn.momentum = 2` or `drop.p = 1.0` after construction were taken
+    (NaN, extrapolated statistics, a division by 0 at the next forward); each is now the
+    constructor's error, and a good value is kept as a float."""
+    layer = make()
+    name = type(layer).__name__
+    bad = {"eps": -1.0, "momentum": 2.0, "p": 1.0}
+    good = {"eps": np.float32(0.5), "momentum": 1, "p": np.float64(0.25)}
+    settings = [k for k in bad if k in vars(layer)]
+    assert settings  # the layer's settings live in its __dict__ (pickle and copy see them)
+    for key in settings:
+        before = getattr(layer, key)
+        with pytest.raises(ValueError, match=rf"{name}: {key} must be"):
+            setattr(layer, key, bad[key])
+        assert getattr(layer, key) == before
+        setattr(layer, key, good[key])
+        assert type(getattr(layer, key)) is float and getattr(layer, key) == float(good[key])
+
+
 def test_norm_ops_refuse_a_negative_eps(device):
     x, w, b = tensor(np.ones((2, 3)), device), tensor(np.ones(3), device), tensor(np.zeros(3),
                                                                                  device)
@@ -291,3 +313,14 @@ def test_dataloader_checks_the_dataset_and_shuffle(device):
     assert DataLoader(data, shuffle=np.False_, device=device).shuffle is False
     batches = list(DataLoader(np.arange(4.0), batch_size=2, device=device))  # arrays still do
     assert [b[0].numpy().tolist() for b in batches] == [[0.0, 1.0], [2.0, 3.0]]
+
+
+def test_dataloader_batches_a_tensor_by_rows(device):
+    """As PyTorch's DataLoader over a tensor: a Tensor dataset failed at the first batch
+    ("tensor indices must be ints, slices or ..., got ndarray")."""
+    x = tensor(np.arange(10.0).reshape(5, 2), device)
+    batches = list(DataLoader(x, batch_size=2, device=device))
+    assert [len(b) for b in batches] == [1, 1, 1]
+    assert [b[0].numpy().tolist() for b in batches] == [[[0, 1], [2, 3]], [[4, 5], [6, 7]],
+                                                        [[8, 9]]]
+    assert batches[0][0].device == device and batches[0][0].dtype == "float32"

@@ -138,3 +138,13 @@ def test_ndarray_writes_follow_the_operand_rules(device):
 def test_manual_seed_takes_integers_only():
     with pytest.raises(TypeError):
         ndl.manual_seed(1.7)
+
+
+def test_matmul_of_a_list_names_it(device):
+    """`x @ [[1.0]]` and `ndl.matmul([[1.0]], x)` were AttributeErrors ('list' object has no
+    attribute 'ndim'); they are MatMul's TypeError naming the operand."""
+    x = ndl.Tensor(np.ones((2, 1), dtype=np.float32), device=device)
+    with pytest.raises(TypeError, match="MatMul: input 1 is a list, not a Tensor"):
+        x @ [[1.0]]
+    with pytest.raises(TypeError, match="MatMul: input 0 is a list, not a Tensor"):
+        ndl.matmul([[1.0]], x)

@@ -299,3 +299,42 @@ def test_an_object_argument_holding_tensors_is_refused_and_namedtuples_are_tuple
     apply = ndl.compile(lambda m, x: m(x))  # a Module argument is still keyed by identity
     x = _const([[1.0, 2.0]], device)
     _same([apply(lin, x), apply(lin, x)], [lin(x), lin(x)])
+
+
+# ----- a Module's attributes assigned between calls -------------------------------------------
+def test_module_attributes_assigned_between_calls_record_again(device):
+    """Replays kept the Parameters, buffers and settings read when recording:
+    `lin.weight = Parameter(...)`, `bn.running_mean = Tensor(...)`, `bn.eps = 10` and
+    `drop.p = 0.5` after the first calls were silently ignored. Each now records again and
+    the replay matches the eager call; a plain Tensor attribute kept by forward does not."""
+    x = _const(np.arange(6.0).reshape(3, 2) / 7, device)
+    lin = nn.Linear(2, 2, device=device)
+    bn = nn.BatchNorm1d(2, device=device)
+    bn.eval()
+    model = nn.Sequential(lin, bn)
+    step = ndl.compile(lambda x: model(x))
+    step(x), step(x)
+    assert step.captures == 1
+    changes = [lambda: setattr(lin, "weight", nn.Parameter(_const([[1.0, 2.0], [3.0, 4.0]],
+                                                                    device))),
+               lambda: setattr(bn, "running_mean", _const([0.5, -0.5], device)),
+               lambda: setattr(bn, "eps", 10.0)]
+    for n, change in enumerate(changes, start=2):
+        change()
+        _same([step(x)], [model(x)])
+        assert step.captures == n
+        _same([step(x)], [model(x)])  # and then replays
+        assert step.captures == n
+    lin.kept = x * 2.0  # a plain Tensor attribute: no new recording
+    step(x)
+    assert step.captures == len(changes) + 1
+
+
+def test_dropout_p_set_after_the_first_calls_is_used(device):
+    drop = nn.Dropout(0.0)
+    x = _const(np.ones((8, 8)), device)
+    step = ndl.compile(lambda x: drop(x) * 1.0)
+    assert step(x).numpy().sum() == 64.0
+    drop.p = 0.5  # was replayed as p = 0: no entry zeroed
+    out = step(x).numpy()
+    assert set(np.unique(out)) <= {0.0, 2.0} and (out == 0).any() and step.captures == 2

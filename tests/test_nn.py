@@ -247,7 +247,7 @@ def test_dropout_gradient(device):
 
 @pytest.mark.parametrize("p", [-0.1, 1.0, 1.5])
 def test_dropout_rejects_p_outside_0_1(p):
-    with pytest.raises(ValueError, match=rf"p must be in \[0, 1\), found {p}"):
+    with pytest.raises(ValueError, match=rf"Dropout: p must be in \[0.0, 1.0\), found {p}"):
         nn.Dropout(p)
 
 

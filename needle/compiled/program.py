@@ -1,8 +1,9 @@
 """A recorded step as one Python function over arrays: guards, the recorded lines, the result.
 
 The recorder's lines become the body of `replay(v0, v1, ...)` (the step's Tensor arguments):
-first the guards (the train/eval mode of every Module called, the requires_grad, device,
-shape and dtype of every Tensor read that was made before the step: a change raises
+first the guards (the train/eval mode and the count of attribute assignments of every Module
+called, the requires_grad, device, shape and dtype of every Tensor read that was made before
+the step: a change raises
 `Retrace`, before anything ran, and the step is recorded again), then one line per recorded
 operation, with each array slot deleted after its last use (so intermediates are freed as
 eager frees them), and computations whose results nobody reads dropped. No Tensor, Value or
@@ -83,8 +84,10 @@ class Program:
             k = rec.const(v)
             head.append(f"if {k}.requires_grad is not {rg} or {k}._array is not _seen[{i}]: "
                         f"_check({i})")
-        for m, training in rec.modules.values():
-            head.append(f"if {rec.const(m)}.training != {training!r}: raise _Retrace")
+        for m, training in rec.modules.values():  # (and its settings, Parameters, ...)
+            k = rec.const(m)
+            head.append(f"if {k}.training != {training!r} or {k}._assigned != {m._assigned}: "
+                        "raise _Retrace")
         body = _schedule(rec.lines, out)
         params = ", ".join(f"v{i}" for i in range(n_args))
         self.source = "\n    ".join([f"def replay({params}):", *head, *body, f"return {out}"])

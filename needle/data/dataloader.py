@@ -11,7 +11,7 @@ import numpy as np
 from ..arguments import flag
 from ..autograd import Tensor
 from ..backends import Device, default_device
-from .dataset import Dataset
+from .dataset import Dataset, NDArrayDataset
 
 
 def _check_dataset(dataset: Any) -> None:
@@ -36,6 +36,7 @@ class DataLoader:
     `np.array_split(order, range(batch_size, N, batch_size))`, so only the last batch may be
     smaller. A `sampler` (an iterable of indices with a length, such as
     `needle.distributed.DistributedSampler`) gives the order instead, drawn at iter() time.
+    A Tensor as the dataset is batched by rows (held as an NDArrayDataset, a host copy).
     A batch is `dataset[index_array]` as constant Tensors (requires_grad=False) on
     `device`, converted to `dtype` when one is given (every array of the batch alike).
     """
@@ -58,6 +59,8 @@ class DataLoader:
         if isinstance(batch_size, bool) or size < 1:
             raise ValueError(f"DataLoader: batch_size must be a positive integer, got "
                              f"{batch_size!r}")
+        if isinstance(dataset, Tensor):  # its rows, as PyTorch's DataLoader over a tensor
+            dataset = NDArrayDataset(dataset)  # (a host copy: a Tensor takes no index array)
         _check_dataset(dataset)
         shuffle = flag("DataLoader", "shuffle", shuffle)  # (shuffle="no" is true to Python)
         if sampler is not None and shuffle:

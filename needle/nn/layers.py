@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from .. import init, ops
-from ..arguments import flag, real
+from ..arguments import Checked, check_range, flag
 from ..autograd import Tensor
 from ..backends import Device
 from .module import Module, Parameter, check_size
@@ -143,11 +143,11 @@ class Linear(Module):
 class Dropout(Module):
     """Zeroes each entry with probability p in training (scaling the rest by 1/(1-p))."""
 
+    #: checked at every assignment (p = 1 would divide by 0)
+    p = Checked(lambda owner, name, value: check_range(owner, name, value, 0.0, 1.0))
+
     def __init__(self, p: float = 0.5):
         super().__init__()
-        p = real("Dropout", "p", p)
-        if not 0.0 <= p < 1.0:
-            raise ValueError(f"Dropout: p must be in [0, 1), found {p}")
         self.p = p
 
     def forward(self, x: Tensor) -> Tensor:

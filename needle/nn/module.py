@@ -118,12 +118,19 @@ class Module:
     """
 
     training: bool = True
+    #: assignments of settings, Parameters, buffers and submodules so far: ndl.compile's
+    #: replays check it (`lin.weight = Parameter(...)` or `drop.p = 0.5` records anew);
+    #: plain Tensor attributes (a kept input) and `training` (checked itself) don't count
+    _assigned: int = 0
 
     def __init__(self) -> None:
         self.training = True
 
     def __setattr__(self, name: str, value: Any) -> None:
         buffers = _buffer_table(self)
+        if name != "training" and (not isinstance(value, Tensor) or name in buffers
+                                   or isinstance(value, Parameter)):
+            object.__setattr__(self, "_assigned", self._assigned + 1)
         if name in buffers:
             if isinstance(value, (Parameter, Module)):
                 del buffers[name]  # as in PyTorch: it becomes a parameter or a submodule

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import init, ops
-from ..arguments import check_range
+from ..arguments import Checked, check_range
 from ..autograd import Tensor, mark_modified
 from ..autograd.graph import array_function
 from ..backends import Device, namespace
@@ -50,18 +50,25 @@ def _moving_averages(old_mean, old_var, batch_mean, batch_var, m: float):
     return MOVING_AVERAGES(old_mean, old_var, batch_mean, batch_var, m)
 
 
+def _eps(owner: str, name: str, value: Any) -> float:
+    return check_range(owner, name, value, 0.0)  # (eps < 0: NaN)
+
+
 class BatchNorm1d(Module):
     """Normalise each feature of (N, dim) over the batch; running statistics for eval."""
+
+    # checked at every assignment: eps < 0 gives NaN, momentum > 1 extrapolates the running
+    # statistics (eps 0 is refused in training by the BatchNorm op, as PyTorch)
+    eps = Checked(_eps)
+    momentum = Checked(lambda owner, name, value: check_range(owner, name, value, 0.0, 1.0,
+                                                              high_inclusive=True))
 
     def __init__(self, dim: int, eps: float = 1e-5, momentum: float = 0.1,
                  device: Device | None = None, dtype: str = "float32"):
         super().__init__()
         owner = type(self).__name__
         self.dim = dim = check_size(owner, "dim", dim)
-        # (eps < 0 gives NaN, momentum > 1 extrapolates the running statistics; eps 0 is
-        # refused in training by the BatchNorm op, as PyTorch)
-        self.eps = check_range(owner, "eps", eps, 0.0)
-        self.momentum = check_range(owner, "momentum", momentum, 0.0, 1.0, high_inclusive=True)
+        self.eps, self.momentum = eps, momentum
         self.weight = Parameter(init.ones(dim, device=device, dtype=dtype))
         self.bias = Parameter(init.zeros(dim, device=device, dtype=dtype))
         # buffers: saved in state_dict and moved by to(), never optimised; the running
@@ -137,11 +144,13 @@ class BatchNorm2d(BatchNorm1d):
 class LayerNorm1d(Module):
     """Normalise over the last axis (biased variance), then scale and shift."""
 
+    eps = Checked(_eps)
+
     def __init__(self, dim: int, eps: float = 1e-5, device: Device | None = None,
                  dtype: str = "float32"):
         super().__init__()
         self.dim = dim = check_size("LayerNorm1d", "dim", dim)
-        self.eps = check_range("LayerNorm1d", "eps", eps, 0.0)  # (eps < 0: NaN)
+        self.eps = eps
         self.weight = Parameter(init.ones(dim, device=device, dtype=dtype))
         self.bias = Parameter(init.zeros(dim, device=device, dtype=dtype))
 
