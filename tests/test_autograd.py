@@ -763,3 +763,18 @@ def test_what_a_user_ops_compute_returns_is_checked(device):
         with pytest.raises(TypeError, match=rf"_ReturnsHostArray.compute returned ndarray for "
                                             rf"inputs on {re.escape(str(device))}"):
             _ReturnsHostArray()(x)
+
+
+def test_a_leaf_reached_only_through_rules_without_its_adjoint_loses_an_older_grad(device):
+    """A gradient penalty on a ReLU net: the second pass reaches b only through ReLU's
+    adjoint, whose rule gives its input no adjoint; b kept the first pass's gradient
+    ([0, 1]) as if it were the penalty's. backward overwrites .grad, so b's is None."""
+    def t(a):
+        return ndl.Tensor(np.array(a), device=device, dtype="float32", requires_grad=True)
+    x, w, b = t([[1.0, -2.0]]), t([[1.0, 1.0], [2.0, -1.0]]), t([0.5, 0.5])
+    ndl.relu(x @ w + b).sum().backward(create_graph=True)
+    np.testing.assert_array_equal(b.grad.numpy(), [0.0, 1.0])
+    penalty = (x.grad ** 2).sum()
+    penalty.backward()
+    np.testing.assert_array_equal(w.grad.numpy(), [[0.0, 2.0], [0.0, -2.0]])
+    assert b.grad is None

@@ -104,7 +104,11 @@ def backward(output: Value, out_grad: Any, retain_graph: bool = True) -> None:
     clock = graph._VERSION_CLOCK
     for node in reversed(find_topo_sort([output], requiring_grad=True)):
         partials = partials_of.pop(node, None)
-        if partials is None:
+        if partials is None:  # reached only through rules that give it no adjoint (ReLU's
+            if node.op is None and node._grad is not None:  # adjoint, say): a leaf's
+                node._grad = None  # gradient of an earlier pass must not stay as this one's
+                if tracer is not None:
+                    tracer.grad_set(node, raw_leaves)
             continue
         version = node._version
         if version != clock:  # something changed since this node was made (BatchNorm's
