@@ -594,3 +594,52 @@ def test_step_never_changes_arrays_it_did_not_make(rule, shapes, device):
         opt.step()
     for array, before in seen:
         np.testing.assert_array_equal(device.to_numpy(array), before)
+
+
+def _adam_reference(grads_per_step, lr=0.1, b1=0.9, b2=0.999, eps=1e-8):
+    """numpy's Adam with PyTorch's per-parameter step: [parameter after the steps] for
+    grads_per_step[s][j], the gradient of parameter j at step s (None: no gradient)."""
+    n = len(grads_per_step[0])
+    p, m, v, t = [np.zeros(3) for _ in range(n)], [0.0] * n, [0.0] * n, [0] * n
+    for grads in grads_per_step:
+        for j, g in enumerate(grads):
+            if g is None:
+                continue
+            t[j] += 1
+            m[j] = b1 * m[j] + (1 - b1) * g
+            v[j] = b2 * v[j] + (1 - b2) * g * g
+            p[j] = p[j] - lr * (m[j] / (1 - b1 ** t[j])) / (np.sqrt(v[j] / (1 - b2 ** t[j]))
+                                                            + eps)
+    return p
+
+
+@pytest.mark.parametrize("big", [False, True], ids=["flat", "big"])
+def test_adam_bias_correction_counts_each_parameters_own_updates(big, device):
+    """A parameter first given a gradient at step 4 (a layer unfrozen during fine-tuning)
+    took the step-4 bias correction: its first update was 0.058 instead of lr = 0.1, as
+    PyTorch (a step count per parameter) gives. The counts are saved and restored."""
+    opt_cls = optim.Adam
+    if big:  # the parameters' own arrays, not one flat array
+        opt_cls = type("BigAdam", (optim.Adam,), {"flat_max_size": 0})
+    ps = [nn.Parameter(ndl.Tensor(np.zeros(3), device=device, dtype="float64"))
+          for _ in range(3)]
+    opt = opt_cls(ps, lr=0.1)
+    g = np.array([1.0, -2.0, 0.5])
+    schedule = [(g, None, None)] * 3 + [(g, g, None), (g, g, 2 * g), (g, None, g)]
+    for grads in schedule:
+        for p, gr in zip(ps, grads):
+            p.grad = None if gr is None else ndl.Tensor(gr, device=device, dtype="float64")
+        opt.step()
+    for p, ref in zip(ps, _adam_reference(schedule)):
+        np.testing.assert_allclose(p.numpy(), ref, rtol=1e-12, atol=1e-15)
+    assert abs(ps[1].numpy()[0] - -0.1 * 2) < 0.02  # (about lr a step, not 0.058)
+    saved = opt.state_dict()
+    assert opt.t == 6 and saved["steps"] == {0: 6, 1: 2, 2: 2}
+    again = opt_cls(ps, lr=0.1)
+    again.load_state_dict(saved)
+    assert again.state_dict()["steps"] == saved["steps"]
+    old = {k: v for k, v in saved.items() if k != "steps"}  # an older checkpoint: t each
+    again.load_state_dict(old)
+    assert again.state_dict()["steps"] == {0: 6, 1: 6, 2: 6}
+    with pytest.raises(ValueError, match=r"steps of parameter 1 must be an int in \[0, t\]"):
+        again.load_state_dict({**saved, "steps": {0: 6, 1: 7, 2: 2}})

@@ -66,8 +66,12 @@ ADAM_MANY = Kernel("adam_many", adam_many_portable, fast={
 class Adam(Optimizer):
     """g = grad + wd p; m, v = moving averages of g and g^2; p -= lr m^ / (sqrt(v^) + eps).
 
-    m^ = m / (1 - beta1^t) and v^ = v / (1 - beta2^t), where t counts step() calls.
+    m^ = m / (1 - beta1^t) and v^ = v / (1 - beta2^t), where t counts the steps that updated
+    the parameter (as PyTorch's per-parameter step: `opt.t`, the step() calls, where every
+    parameter had a gradient at every step, as in the course).
     """
+
+    counts_steps = True
 
     hyperparameters = ("lr", "beta1", "beta2", "eps", "weight_decay")
     state_names = ("m", "v")
@@ -89,7 +93,8 @@ class Adam(Optimizer):
     def _settings(self) -> dict[str, float]:
         # lr m^ / (sqrt(v^) + eps) = (lr sqrt(c2) / c1) m / (sqrt(v) + eps sqrt(c2)),
         # with c = 1 - beta^t: the same quantity in fewer whole-array passes
-        c1, c2 = 1 - self.beta1**self.t, math.sqrt(1 - self.beta2**self.t)
+        t = self._step_count  # the updates of the parameters at hand, this one included
+        c1, c2 = 1 - self.beta1**t, math.sqrt(1 - self.beta2**t)
         return dict(lr_t=self.lr * c2 / c1, beta1=self.beta1, beta2=self.beta2,
                     eps_t=self.eps * c2, weight_decay=self.weight_decay)
 

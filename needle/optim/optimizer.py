@@ -93,11 +93,18 @@ class Optimizer:
     state_names: tuple[str, ...] = ()
     #: parameters with more elements than this are not batched into the flat update
     flat_max_size: int = 1 << 15
+    #: whether the rule needs each parameter's own count of updates (Adam's bias correction)
+    counts_steps: bool = False
 
     def __init__(self, params: Iterable[Tensor]):
         self.params = _parameter_list(type(self).__name__, params)
         self.state: dict[int, dict[str, Any]] = {}
         self.t = 0  # number of step() calls
+        #: parameter index -> the steps that updated it (a parameter without a gradient in
+        #: some steps has fewer than t), where the rule counts them; the count of the group
+        #: being updated is `_step_count`
+        self._counts: dict[int, int] | None = {} if self.counts_steps else None
+        self._step_count = 0
         self._flat: dict[tuple, _FlatGroup] = {}  # (device, dtype) -> last step's flat arrays
         self._owned: dict[int, Any] = {}  # big parameter index -> the array it updates in place
 
@@ -142,6 +149,7 @@ class Optimizer:
         self.t += 1
         groups: dict[tuple, list[int]] = {}
         big: dict[tuple, list[int]] = {}
+        counts = self._counts
         for i, p in enumerate(self.params):
             if p.grad is not None:
                 data = p._realize()
@@ -152,15 +160,22 @@ class Optimizer:
                 by_size = (big if math.prod(data.shape) > self.flat_max_size
                            or p.device.multi_tensor_updates
                            or not p.device.c_contiguous(data) else groups)
-                by_size.setdefault((p.device, data.dtype), []).append(i)
+                key = (p.device, data.dtype)
+                if counts is not None:  # a parameter updated fewer times: a group of its
+                    n = counts[i] = counts.get(i, 0) + 1  # count (as PyTorch's per-
+                    if n != self.t:  # parameter step)
+                        key += (n,)
+                by_size.setdefault(key, []).append(i)
         # every parameter about to change gets a new version: backward() through a graph
         # built before this step raises instead of differentiating with the new values
         mark_modified(*(self.params[i] for by_size in (big, groups)
                         for indices in by_size.values() for i in indices))
-        for indices in big.values():
+        for key, indices in big.items():
+            self._step_count = key[2] if len(key) > 2 else self.t
             self._step_big(indices)
-        for key, indices in groups.items():
-            self._step_group(indices, key)
+        for key, indices in groups.items():  # (a lagging group keeps no flat arrays)
+            self._step_count = key[2] if len(key) > 2 else self.t
+            self._step_group(indices, key if len(key) == 2 else None)
 
     def _grads(self, params: list[Tensor]) -> list[Any]:
         """The parameters' gradient arrays, each in its parameter's dtype."""
@@ -289,7 +304,8 @@ class Optimizer:
 
     # ----- state -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """{"state": {index: {name: Tensor}}, "hyperparameters": {...}, "t": steps}."""
+        """{"state": {index: {name: Tensor}}, "hyperparameters": {...}, "t": steps}, and
+        "steps": {index: its updates} where the rule counts them (Adam)."""
         for i in list(self.state):
             self._follow(i)
         device_of = {i: p.device for i, p in enumerate(self.params)}
@@ -300,6 +316,7 @@ class Optimizer:
             },
             "hyperparameters": {k: getattr(self, k) for k in self.hyperparameters},
             "t": self.t,
+            **({} if self._counts is None else {"steps": dict(self._counts)}),
         }
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
@@ -324,6 +341,17 @@ class Optimizer:
         t = state_dict["t"]
         if isinstance(t, bool) or not isinstance(t, int) or t < 0:
             problems.append(f"t must be an int >= 0, found {t!r}")
+        # an older checkpoint has no "steps": each parameter with state was updated t times
+        steps = state_dict.get("steps", {i: t for i in state_dict["state"]})
+        counts = {}
+        for key, n in dict(steps).items():
+            i = key if isinstance(key, int) else int(key) if str(key).isdigit() else -1
+            if not 0 <= i < len(self.params) or isinstance(n, bool) or not isinstance(n, int) \
+                    or not 0 <= n <= (t if isinstance(t, int) else n):
+                problems.append(f"steps of parameter {key!r} must be an int in [0, t], "
+                                f"found {n!r}")
+            else:
+                counts[i] = n
         new_state: dict[int, dict[str, Any]] = {}
         for key, entry in state_dict["state"].items():
             i = key if isinstance(key, int) else int(key) if str(key).isdigit() else -1
@@ -358,6 +386,8 @@ class Optimizer:
         for name in self.hyperparameters:
             setattr(self, name, hyper[name])
         self.t = t
+        if self._counts is not None:
+            self._counts = counts
         self.state = new_state
         self._flat.clear()  # the cached flat state is the replaced state's
 
