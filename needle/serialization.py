@@ -42,7 +42,8 @@ class _FileError(ValueError):
 def save(obj: Any, path: str | os.PathLike) -> None:
     """Write `obj` (nested dicts/lists/tuples of Tensors, numpy arrays, Python scalars,
     strings and None) to `path` as an `.npz`, atomically and bit-exactly (a Parameter loads
-    as a Parameter)."""
+    as a Parameter; other subclasses as their base: a namedtuple or torch.Size as a tuple,
+    an IntEnum as an int)."""
     arrays: dict[str, Any] = {}
     tree = _Encoder(arrays).encode(obj, "", 0)
     manifest = json.dumps({"format": FORMAT, "version": VERSION, "tree": tree})
@@ -126,6 +127,10 @@ def _where(name: str) -> str:
     return repr(name if len(name) <= 80 else name[:77] + "...")
 
 
+# each leaf kind and its exact value, whatever a subclass overrides (str(x), int(x))
+_SCALARS = ((bool, bool), (int, int.__int__), (float, float.__float__), (str, str.__str__))
+
+
 class _Encoder:
     """Builds the manifest tree of one object, collecting its arrays by member name."""
 
@@ -162,8 +167,9 @@ class _Encoder:
             return {"type": kind, "key": key}
         if obj is None:
             return {"type": "none"}
-        if isinstance(obj, (bool, int, float, str)):
-            return {"type": type(obj).__name__, "value": obj}
+        for base, plain in _SCALARS:  # a subclass (an IntEnum) is saved as its base
+            if isinstance(obj, base):
+                return {"type": base.__name__, "value": plain(obj)}
         if isinstance(obj, (dict, list, tuple)):
             return self.container(obj, name, depth + 1)
         raise TypeError(f"save: cannot save {type(obj).__name__} at {_where(name)}; "
@@ -188,7 +194,7 @@ class _Encoder:
                                         f"({type(k).__name__}) in {_where(name)}")
                     items.append([k, self.encode(v, _child(name, k), depth)])
                 return {"type": "dict", "items": items}
-            return {"type": type(obj).__name__,
+            return {"type": "list" if isinstance(obj, list) else "tuple",  # (a namedtuple)
                     "items": [self.encode(v, _child(name, i), depth) for i, v in enumerate(obj)]}
         finally:
             del self.open[id(obj)]

@@ -478,3 +478,40 @@ def test_save_onto_a_symlink_writes_through_it(tmp_path):
     assert link.is_symlink() and ndl.load(target) == {"a": 2} == ndl.load(link)
     assert sorted(os.listdir(tmp_path / "real")) == ["ck.npz"]  # the temporary went there
     assert sorted(os.listdir(tmp_path)) == ["ck.npz", "real"]
+
+
+def test_subclasses_of_tuples_lists_and_scalars_load_as_their_base(tmp_path):
+    """A torch.Size, namedtuple or IntEnum was saved under its own type name, which load
+    refused as an unknown node type: each is saved as its base kind (bool stays bool)."""
+    import collections
+    import enum
+
+    Pair = collections.namedtuple("Pair", "a b")
+
+    class Color(enum.IntEnum):
+        RED = 3
+
+    class Ratio(float):
+        pass
+
+    class Name(str):
+        def __str__(self):
+            return "not the value"
+
+    class Items(list):
+        pass
+
+    obj = {"pair": Pair(1, 2), "color": Color.RED, "ratio": Ratio(0.5), "name": Name("ab"),
+           "items": Items([1, (2,)]), "flag": True}
+    want = {"pair": (1, 2), "color": 3, "ratio": 0.5, "name": "ab", "items": [1, (2,)],
+            "flag": True}
+    try:
+        import torch
+    except ImportError:  # (the rest still runs)
+        pass
+    else:
+        obj["shape"], want["shape"] = torch.zeros(2, 3).shape, (2, 3)
+    ndl.save(obj, tmp_path / "sub.npz")
+    out = ndl.load(tmp_path / "sub.npz")
+    assert out == want
+    assert {k: type(v) for k, v in out.items()} == {k: type(v) for k, v in want.items()}
