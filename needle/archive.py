@@ -41,9 +41,14 @@ _TMP_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"
 _TMP_LEN = 8
 
 
-def host_kind(obj: Any) -> str | None:
-    """"ndarray" or "numpy_scalar" for host numpy values, None for anything else."""
+def host_kind(obj: Any, where: str) -> str | None:
+    """"ndarray" or "numpy_scalar" for host numpy values, None for anything else; an ndarray
+    subclass (masked array, matrix) is a TypeError naming `where`, as a file would lose it."""
     if isinstance(obj, np.ndarray):
+        if type(obj) not in (np.ndarray, np.memmap):  # (a memmap holds nothing more)
+            raise TypeError(f"{where} is a numpy {type(obj).__name__}, an ndarray subclass "
+                            "whose extras (a mask, the type) the file would lose; pass "
+                            "np.asarray(x), or x.filled(value) for a masked array")
         return "ndarray"
     if isinstance(obj, np.generic):
         return "numpy_scalar"

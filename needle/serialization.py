@@ -83,7 +83,7 @@ def save_safetensors(module_or_state_dict: Any, path: str | os.PathLike,
     for name, value in state.items():
         if isinstance(value, Tensor):
             arrays[name] = value.numpy()
-        elif host_kind(value) is not None:
+        elif host_kind(value, f"save_safetensors: {name!r}") is not None:
             arrays[name] = value
         else:
             raise TypeError(f"save_safetensors: {name!r} is a {type(value).__name__}; "
@@ -160,7 +160,7 @@ class _Encoder:
             if isinstance(obj, Parameter):
                 node["parameter"] = True  # absent (older files, plain Tensors): a Tensor
             return node
-        kind = host_kind(obj)
+        kind = host_kind(obj, f"save: {_where(name)}")
         if kind is not None:
             key = self.key(name)
             self.arrays[key] = obj

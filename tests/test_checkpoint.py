@@ -515,3 +515,22 @@ def test_subclasses_of_tuples_lists_and_scalars_load_as_their_base(tmp_path):
     out = ndl.load(tmp_path / "sub.npz")
     assert out == want
     assert {k: type(v) for k, v in out.items()} == {k: type(v) for k, v in want.items()}
+
+
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+@pytest.mark.parametrize("make", [lambda: np.ma.masked_array([1.0, 2.0, 3.0], mask=[0, 1, 0]),
+                                  lambda: np.matrix([[1.0, 2.0]])], ids=["masked", "matrix"])
+def test_numpy_array_subclasses_are_refused_not_stripped(make, tmp_path):
+    """A masked array was saved as a plain one (the masked value as data) and a matrix lost
+    its type, in ndl.save and ndl.save_safetensors: a TypeError names the type and the fix."""
+    array = make()
+    name = type(array).__name__
+    with pytest.raises(TypeError, match=rf"save: 'm' is a numpy {name}.*np.asarray"):
+        ndl.save({"m": array}, tmp_path / "sub.npz")
+    with pytest.raises(TypeError, match=rf"save_safetensors: 'm' is a numpy {name}"):
+        ndl.save_safetensors({"m": array}, tmp_path / "sub.safetensors")
+    assert os.listdir(tmp_path) == []
+    ndl.save({"m": np.asarray(array)}, tmp_path / "plain.npz")  # the suggested fix works
+    memmap = np.lib.format.open_memmap(tmp_path / "big.npy", mode="w+", shape=(3,))
+    ndl.save({"m": memmap}, tmp_path / "mm.npz")  # (a memmap holds nothing more: kept)
+    np.testing.assert_array_equal(ndl.load(tmp_path / "mm.npz")["m"], np.zeros(3))
