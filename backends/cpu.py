@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from .device import NUMERIC_KINDS, Device
+from .host_data import native_order
 
 _ONES: dict[np.dtype, np.ndarray] = {}  # the longest vector of ones used yet, per dtype
 _GEMV_ROWS = 2048  # below this many summed rows the ufunc is as fast
@@ -122,6 +123,10 @@ class CPUDevice(Device):
     def owns(self, array: Any) -> bool:
         """Numeric and bool numpy arrays (and scalars) live here; str or object ones do not."""
         return isinstance(array, (np.ndarray, np.generic)) and array.dtype.kind in NUMERIC_KINDS
+
+    def asarray(self, obj: Any, dtype: Any = None) -> Any:
+        """As Device.asarray, a big-endian numpy array ('>f4') made native (float32) first."""
+        return super().asarray(native_order(obj) if isinstance(obj, np.ndarray) else obj, dtype)
 
     def from_numpy(self, array: np.ndarray) -> np.ndarray:
         """A contiguous copy of the host array."""

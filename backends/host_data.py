@@ -9,9 +9,10 @@ import numpy as np
 
 
 def host_array(obj: Any) -> np.ndarray:
-    """Any array (numpy, cupy, array-api-strict, ...), list or scalar as a host numpy array."""
+    """Any array (numpy, cupy, array-api-strict, ...), list or scalar as a host numpy array
+    in the native byte order (a '>f4' array becomes float32: no device holds '>f4')."""
     if isinstance(obj, np.ndarray):
-        return obj
+        return native_order(obj)
     if type(obj).__module__.startswith(("cupy", "torch", "jax", "array_api_strict")):
         # another device's array (on a GPU too): its device copies it to the host, never
         # numpy's implicit conversion (which fails for GPU arrays)
@@ -28,7 +29,12 @@ def host_array(obj: Any) -> np.ndarray:
             return np.from_dlpack(obj)
         except (BufferError, TypeError, RuntimeError, ValueError):
             pass
-    return np.asarray(obj)
+    return native_order(np.asarray(obj))
+
+
+def native_order(array: np.ndarray) -> np.ndarray:
+    """`array` itself, or a copy in the native byte order where it has another."""
+    return array if array.dtype.isnative else array.astype(array.dtype.newbyteorder("="))
 
 
 def check_fits(host: np.ndarray, target: np.dtype) -> None:

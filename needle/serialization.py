@@ -25,7 +25,7 @@ from .archive import (
     write_archive,
 )
 from .autograd import Tensor
-from .backends import Device, cpu
+from .backends import Device, cpu, host_array
 from .nn.module import Parameter
 from .safetensors_format import read_safetensors, write_safetensors
 
@@ -272,5 +272,5 @@ def _tensor(array: Any, requires_grad: bool, device: Device, name: str,
     except TypeError:
         raise _FileError(f"holds a {array.dtype} tensor at {_where(name)}, a dtype {device} "
                          "does not support; load it on another device") from None
-    data = device.from_numpy(array)
+    data = device.from_numpy(host_array(array))  # (native byte order: '>f4' as float32)
     return cls.make_const(data, requires_grad=requires_grad, device=device)

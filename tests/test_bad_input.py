@@ -148,3 +148,22 @@ def test_matmul_of_a_list_names_it(device):
         x @ [[1.0]]
     with pytest.raises(TypeError, match="MatMul: input 0 is a list, not a Tensor"):
         ndl.matmul([[1.0]], x)
+
+
+def test_big_endian_host_arrays_become_native(device):
+    """A '>f4' numpy array made a cpu Tensor of dtype '>f4' (not "float32": `t * 2` raised a
+    misleading TypeError) and failed with each library's own error on the other devices: it
+    is converted to the native byte order, the same values on every device."""
+    for little, big in [(np.float32, ">f4"), (np.int32, ">i4"), (np.float64, ">f8")]:
+        data = np.array([[1, -2], [3, 4]], dtype=big)
+        t = ndl.Tensor(data, device=device, dtype=None)
+        native = ndl.Tensor(data.astype(little), device=device, dtype=None)  # (jax: 32 bits)
+        assert t.dtype == native.dtype and t.numpy().dtype == native.numpy().dtype
+        assert t.numpy().dtype.isnative
+        np.testing.assert_array_equal(t.numpy(), [[1, -2], [3, 4]])
+        np.testing.assert_array_equal((t * 2).numpy(), [[2, -4], [6, 8]])
+    t = ndl.Tensor(np.array([[1.0, 2.0]], dtype=">f4"), device=device)
+    assert t.dtype == "float32"
+    np.testing.assert_array_equal((t + np.array([[1.0, 1.0]], dtype=">f8")).numpy(), [[2, 3]])
+    x = device.asarray(np.array([0.5, 1.5], dtype=">f4"))
+    assert ndl.Tensor(x, device=device).dtype == "float32"

@@ -534,3 +534,19 @@ def test_numpy_array_subclasses_are_refused_not_stripped(make, tmp_path):
     memmap = np.lib.format.open_memmap(tmp_path / "big.npy", mode="w+", shape=(3,))
     ndl.save({"m": memmap}, tmp_path / "mm.npz")  # (a memmap holds nothing more: kept)
     np.testing.assert_array_equal(ndl.load(tmp_path / "mm.npz")["m"], np.zeros(3))
+
+
+def test_a_big_endian_member_loads_as_a_native_tensor(device, tmp_path):
+    """A tensor member stored as '>f4' (another writer's file) loaded as a '>f4' cpu Tensor
+    and failed on the other devices: it loads native; a plain array node keeps its order."""
+    path = tmp_path / "be.npz"
+    tree = {"type": "dict", "items": [
+        ["w", {"type": "tensor", "key": "w", "requires_grad": False}],
+        ["a", {"type": "ndarray", "key": "a"}]]}
+    manifest = json.dumps({"format": "needle-checkpoint", "version": 1, "tree": tree})
+    big = np.array([[1.5, -2.0]], dtype=">f4")
+    np.savez(path, __manifest__=np.frombuffer(manifest.encode(), np.uint8), w=big, a=big)
+    out = ndl.load(path, device=device)
+    assert out["w"].dtype == "float32" and out["w"].numpy().dtype.isnative
+    np.testing.assert_array_equal((out["w"] * 2).numpy(), [[3.0, -4.0]])
+    assert out["a"].dtype == np.dtype(">f4") and bits(out["a"]) == bits(big)
