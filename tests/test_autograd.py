@@ -778,3 +778,17 @@ def test_a_leaf_reached_only_through_rules_without_its_adjoint_loses_an_older_gr
     penalty.backward()
     np.testing.assert_array_equal(w.grad.numpy(), [[0.0, 2.0], [0.0, -2.0]])
     assert b.grad is None
+
+
+def test_backward_of_a_tensor_that_requires_no_grad_raises(device):
+    """A loss made under no_grad() (or with every parameter frozen): backward() did nothing,
+    every .grad stayed None and the optimizer skipped them all. As PyTorch, a RuntimeError."""
+    w = ndl.Tensor(np.ones((3, 2), dtype=np.float32), device=device, requires_grad=True)
+    x = ndl.Tensor(np.ones((4, 3), dtype=np.float32), device=device, requires_grad=False)
+    with ndl.no_grad():
+        loss = (x @ w).sum()
+    with pytest.raises(RuntimeError, match="backward: the tensor does not require grad"):
+        loss.backward()
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        (x * 2.0).sum().backward(create_graph=False)
+    assert w.grad is None

@@ -535,3 +535,31 @@ def test_labels_outside_0_to_9_are_refused(tmp_path, small_files):
         parse_mnist(images, bad)
     with pytest.raises(ValueError, match=message):
         MNISTDataset(images, bad)
+
+
+def test_loader_refuses_a_dataset_that_reads_one_sample_per_index(device):
+    """A PyTorch-style dataset (one sample per index) batched silently wrong: its
+    per-sample reshape ran on the whole batch ((12,) for 3 images of 2x2) and its label
+    came out as one number for the batch. Each array must have one row per index."""
+    class OneSample(ndl.data.Dataset):
+        def __init__(self):
+            super().__init__()
+            self.X = np.arange(24, dtype=np.float32).reshape(6, 2, 2)
+
+        def __len__(self):
+            return 6
+
+        def __getitem__(self, i):
+            return self.X[i].reshape(-1), 7
+
+    with pytest.raises(ValueError, match=r"DataLoader: OneSample\[index array of 3\] gave item "
+                                         r"0 of shape \(12,\), not one row per index"):
+        next(iter(ndl.data.DataLoader(OneSample(), batch_size=3, device=device)))
+
+
+@pytest.mark.parametrize("n, bs, sizes", [(10, 4, [4, 4]), (8, 4, [4, 4]), (3, 4, [])])
+def test_loader_drop_last(n, bs, sizes, device):
+    loader = ndl.data.DataLoader(ndl.data.NDArrayDataset(np.arange(n, dtype=np.float32)),
+                                 batch_size=bs, drop_last=True, device=device)
+    assert [b[0].shape[0] for b in loader] == sizes and len(loader) == len(sizes)
+    assert "drop_last=True" in repr(loader)

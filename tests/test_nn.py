@@ -28,6 +28,8 @@ def with_params(module: nn.Module, *names: str):
     """fn(x, *params): `module(x)` with its named parameters replaced by the given tensors."""
     def fn(x, *params):
         for name, p in zip(names, params):
+            if isinstance(getattr(module, name, None), nn.Parameter):
+                delattr(module, name)  # (a Tensor over a Parameter is refused, as PyTorch)
             setattr(module, name, p)
         return module(x)
     return fn

@@ -327,3 +327,45 @@ def test_a_parameter_is_true_as_in_the_course(device):
         bool(ndl.init.zeros(1, 4, device=device))
     assert not ndl.init.zeros(1, 1, device=device)
 
+
+
+def test_a_tensor_over_a_parameter_is_refused(device):
+    """`layer.weight = layer.weight.to(d)` (a plain Tensor) or the course's
+    `self.bias = Parameter(...).reshape(...)` silently took the weight out of
+    parameters() and state_dict(): untrained and unsaved. As PyTorch, a TypeError."""
+    lin = nn.Linear(3, 2, device=device)
+    with pytest.raises(TypeError, match="Linear: cannot assign a Tensor to parameter "
+                                        "'weight' \\(a Parameter or None expected\\)"):
+        lin.weight = lin.weight.detach()
+    assert [n for n, _ in lin.named_parameters()] == ["weight", "bias"]
+    lin.weight = nn.Parameter(lin.weight.detach() * 2.0)  # a Parameter, or None, may
+    lin.bias = None
+    assert [n for n, _ in lin.named_parameters()] == ["weight"]
+    del lin.weight  # and once deleted, anything
+    lin.weight = lin.bias
+    assert lin.parameters() == []
+
+
+def test_module_to_a_device_name_is_a_type_error():
+    with pytest.raises(TypeError, match="device must be a needle Device .* got str 'cpu'"):
+        nn.Linear(2, 2).to("cpu")
+
+
+def test_named_modules_apply_requires_grad_and_zero_grad(device):
+    """PyTorch's names: named_modules() starts with ("", self); apply() visits children
+    before their parent, in order; requires_grad_(False) freezes; zero_grad() clears."""
+    model = nn.Sequential(nn.Linear(2, 3, device=device),
+                          nn.Sequential(nn.ReLU(), nn.Linear(3, 1, device=device)))
+    names = [n for n, _ in model.named_modules()]
+    assert names == ["", "modules.0", "modules.1", "modules.1.modules.0", "modules.1.modules.1"]
+    seen = []
+    assert model.apply(lambda m: seen.append(type(m).__name__)) is model
+    assert seen == ["Linear", "ReLU", "Linear", "Sequential", "Sequential"]
+    x = ndl.Tensor(np.ones((4, 2), dtype=np.float32), device=device, requires_grad=False)
+    model(x).sum().backward()
+    assert all(p.grad is not None for p in model.parameters())
+    model.zero_grad()
+    assert all(p.grad is None for p in model.parameters())
+    assert model.requires_grad_(False) is model
+    assert not any(p.requires_grad for p in model.parameters())
+    assert not model(x).requires_grad

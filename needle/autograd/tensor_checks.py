@@ -51,7 +51,12 @@ def check_device(device: Any) -> None:
 
 def out_grad_of(tensor: Any, out_grad: Any, kind: type) -> Any:
     """backward()'s adjoint of `tensor`: ones for None, other data converted to the tensor's
-    device and dtype, a `kind` (Tensor) checked (check_out_grad)."""
+    device and dtype, a `kind` (Tensor) checked (check_out_grad). A tensor that does not
+    require grad is a RuntimeError, as in PyTorch (no gradient could reach a parameter)."""
+    if not tensor.requires_grad:
+        raise RuntimeError("backward: the tensor does not require grad, so no gradient can "
+                           "flow to anything (it was made under no_grad(), detached, or from "
+                           "tensors none of which requires grad)")
     if out_grad is None:
         ones = tensor.device.ones(tensor.shape, dtype=tensor._realize().dtype)
         return kind.make_const(ones, device=tensor.device)

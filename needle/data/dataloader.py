@@ -38,7 +38,11 @@ class DataLoader:
     `needle.distributed.DistributedSampler`) gives the order instead, drawn at iter() time.
     A Tensor as the dataset is batched by rows (held as an NDArrayDataset, a host copy).
     A batch is `dataset[index_array]` as constant Tensors (requires_grad=False) on
-    `device`, converted to `dtype` when one is given (every array of the batch alike).
+    `device`, converted to `dtype` when one is given (every array of the batch alike): each
+    array it returns must have one row per index (a ValueError otherwise: a PyTorch-style
+    dataset that reads one sample per index would batch wrongly). `drop_last` drops a
+    last batch smaller than `batch_size` (as PyTorch's; a BatchNorm layer refuses a batch
+    of 1 in training).
     """
 
     def __init__(
@@ -49,6 +53,7 @@ class DataLoader:
         device: Device | None = None,
         dtype: Any = None,
         sampler: Any = None,
+        drop_last: bool = False,
     ):
         try:
             size = operator.index(batch_size)
@@ -70,13 +75,14 @@ class DataLoader:
         self.batch_size = size
         self.shuffle = shuffle
         self.sampler = sampler
+        self.drop_last = flag("DataLoader", "drop_last", drop_last)
         self.device = default_device() if device is None else device
         self.dtype = dtype
 
     def __len__(self) -> int:
         """The number of batches per pass."""
         n = len(self.dataset) if self.sampler is None else len(self.sampler)
-        return -(-n // self.batch_size)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def __iter__(self) -> Iterator[tuple[Tensor, ...]]:
         # draw the order now, at iter() time, not at the first next()
@@ -87,14 +93,24 @@ class DataLoader:
             order = np.random.permutation(n) if self.shuffle else np.arange(n)
         n = len(order)
         batches = np.array_split(order, range(self.batch_size, n, self.batch_size)) if n else []
+        if self.drop_last and batches and len(batches[-1]) < self.batch_size:
+            batches.pop()
         return self._batches(batches)
 
     def _batches(self, batches: list[np.ndarray]) -> Iterator[tuple[Tensor, ...]]:
         for index in batches:
-            yield self._to_tensors(self.dataset[index])
+            yield self._to_tensors(self.dataset[index], len(index))
 
-    def _to_tensors(self, batch: Any) -> tuple[Tensor, ...]:
+    def _to_tensors(self, batch: Any, rows: int) -> tuple[Tensor, ...]:
         items = batch if isinstance(batch, (tuple, list)) else (batch,)
+        for j, x in enumerate(items):
+            shape = tuple(x.shape) if hasattr(x, "shape") else np.shape(x)
+            if shape[:1] != (rows,):
+                raise ValueError(
+                    f"DataLoader: {type(self.dataset).__name__}[index array of {rows}] gave "
+                    f"item {j} of shape {shape}, not one row per index: a needle dataset "
+                    f"takes an array of indices and returns a batch (self.X[index], as the "
+                    f"course's datasets do), not one sample per index")
         return tuple(
             Tensor(x, device=self.device, dtype=self.dtype, requires_grad=False) for x in items
         )
@@ -104,6 +120,7 @@ class DataLoader:
             f"DataLoader({self.dataset!r}, batch_size={self.batch_size}, "
             f"shuffle={self.shuffle}, "
             + (f"sampler={self.sampler!r}, " if self.sampler is not None else "")
+            + ("drop_last=True, " if self.drop_last else "")
             + f"device={self.device}, dtype={self.dtype!r}, "
             f"batches={len(self)})"
         )

@@ -6,6 +6,7 @@ import operator
 from typing import Any, Iterator, Mapping
 
 from ..autograd import Tensor, graph, mark_modified
+from ..autograd.tensor_checks import check_device
 from ..backends import Device
 
 
@@ -128,6 +129,11 @@ class Module:
 
     def __setattr__(self, name: str, value: Any) -> None:
         buffers = _buffer_table(self)
+        if (isinstance(value, Tensor) and not isinstance(value, Parameter)
+                and isinstance(self.__dict__.get(name), Parameter)):
+            raise TypeError(f"{type(self).__name__}: cannot assign a Tensor to parameter "
+                            f"{name!r} (a Parameter or None expected): it would leave the "
+                            f"parameters; wrap it, Parameter(t), or set `.data`")
         if name != "training" and (not isinstance(value, Tensor) or name in buffers
                                    or isinstance(value, Parameter)):
             object.__setattr__(self, "_assigned", self._assigned + 1)
@@ -207,6 +213,30 @@ class Module:
         """(dotted name, Module) for every descendant, e.g. ("modules.2.fn", ...)."""
         return ((n, m) for n, m in _walk(self) if isinstance(m, Module))
 
+    def named_modules(self) -> Iterator[tuple[str, Module]]:
+        """("", self), then (dotted name, Module) for every descendant, as PyTorch's."""
+        yield "", self
+        yield from self.named_descendants()
+
+    def apply(self, fn: Any) -> Module:
+        """`m.apply(fn)` for each child, then `fn(self)`, as PyTorch's (a custom
+        initialisation, say); returns self."""
+        for m in self.children():
+            m.apply(fn)
+        fn(self)
+        return self
+
+    def requires_grad_(self, requires_grad: bool = True) -> Module:
+        """Set requires_grad on every parameter (freeze with False); returns self."""
+        for p in self.parameters():
+            p.requires_grad = requires_grad
+        return self
+
+    def zero_grad(self) -> None:
+        """Set every parameter's grad to None (as the optimizer's reset_grad)."""
+        for p in self.parameters():
+            p.grad = None
+
     def _named_tensors(self, saved_only: bool = False) -> dict[str, Tensor]:
         """Parameters and buffers by dotted name, in insertion order (with `saved_only`,
         without the non-persistent buffers)."""
@@ -274,6 +304,7 @@ class Module:
     def to(self, device: Device) -> Module:
         """Move every parameter, buffer (and gradient) to `device`, in place; returns self.
         Modules then lay out what they moved as the device's kernels read it (`_placed`)."""
+        check_device(device)
         moved = False
         for t in self._named_tensors().values():
             if t.device != device:
