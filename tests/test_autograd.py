@@ -792,3 +792,15 @@ def test_backward_of_a_tensor_that_requires_no_grad_raises(device):
     with pytest.raises(RuntimeError, match="does not require grad"):
         (x * 2.0).sum().backward(create_graph=False)
     assert w.grad is None
+
+
+def test_numpy_asarray_of_a_tensor_is_its_data(device):
+    """np.asarray(t) was an object array of 0-d Tensors (numpy walked __len__ and
+    __getitem__); it is the data, a host copy, as `t.numpy()`."""
+    t = ndl.Tensor(np.arange(6, dtype=np.float32).reshape(3, 2), device=device)
+    a = np.asarray(t)
+    assert a.dtype == np.float32 and a.shape == (3, 2)
+    np.testing.assert_array_equal(a, np.arange(6).reshape(3, 2))
+    assert np.array(t, dtype=np.float64).dtype == np.float64
+    a[0, 0] = 100.0  # a copy: the tensor is unchanged
+    assert t.numpy()[0, 0] == 0.0

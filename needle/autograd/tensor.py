@@ -1,4 +1,5 @@
-"""Tensor and TensorTuple (the graph's values with their operators), and the ops that make them."""
+"""Tensor (the graph's value with its operators) and TensorOp, the ops that make Tensors;
+TensorTuple lives in tensor_tuple.py (re-exported here)."""
 
 from __future__ import annotations
 
@@ -18,62 +19,6 @@ class TensorOp(Op):
 
     def __call__(self, *args: Value) -> Tensor:
         return Tensor.make_from_op(self, args)
-
-
-class TensorTupleOp(Op):
-    """An op whose output is a TensorTuple."""
-
-    def __call__(self, *args: Value) -> TensorTuple:
-        return TensorTuple.make_from_op(self, args)
-
-
-class TensorTuple(Value):
-    """A tuple of tensors produced by one op (for fused ops, split and stack)."""
-
-    __slots__ = ()
-
-    def __len__(self) -> int:
-        return len(self._realize())
-
-    def __getitem__(self, index: int) -> Tensor:
-        return _ops.tuple_get_item(self, index)
-
-    def tuple(self) -> tuple[Tensor, ...]:
-        """The elements as a Python tuple of Tensors."""
-        return tuple(self[i] for i in range(len(self)))
-
-    def __iter__(self):
-        return iter(self.tuple())
-
-    def __repr__(self) -> str:
-        return "needle.TensorTuple" + str(self.tuple())
-
-    def __str__(self) -> str:
-        return self.__repr__()
-
-    def __add__(self, other: TensorTuple) -> TensorTuple:
-        make_tuple = _ops.make_tuple
-
-        if not isinstance(other, TensorTuple) or len(self) != len(other):
-            raise ValueError("TensorTuple + needs another TensorTuple of the same length")
-        return make_tuple(*[self[i] + other[i] for i in range(len(self))])
-
-    def detach(self) -> TensorTuple:
-        """A constant TensorTuple sharing the data."""
-        return TensorTuple.make_const(self._realize(), device=self.device)
-
-    def _wrap_adjoint(self, grad: tuple) -> TensorTuple:
-        xp = self.device.xp
-        return TensorTuple.make_const(tuple(xp.zeros_like(d) if g is None else g
-                                            for d, g in zip(self._array, grad)),
-                                      device=self.device)
-
-    def _sum_adjoints(self, partials: list) -> Any:
-        """The elementwise sum of this tuple's partial adjoints (the tuple ops' business)."""
-        return _ops.tuple.sum_tuple_adjoints(partials, self)
-
-    def _fit_adjoint(self, partial: Any) -> Any:
-        return partial
 
 
 class Tensor(Value):
@@ -132,6 +77,12 @@ class Tensor(Value):
         if _graph._TRACER is not None:
             return _graph._TRACER.host_read(self, "numpy")
         return self.device.to_numpy(self._realize())
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> Any:
+        """numpy's view of the data (`np.asarray(t)`): a host copy, as `numpy()` (without
+        it numpy made an object array of 0-d Tensors)."""
+        out = self.numpy()
+        return out if dtype is None else out.astype(dtype, copy=False)
 
     def item(self) -> float | int | bool:
         """The value of a one-element tensor as a Python number."""
@@ -381,13 +332,6 @@ class Tensor(Value):
 _make = Tensor.make_from_op
 
 
-class OneHotAdjoint(TensorTuple):
-    """The TensorTuple adjoint TupleGetItem gives (ops.OneHotTuple's output): `element` at
-    `index`, zeros elsewhere. Tuple adjoints are added by picking `element`."""
-
-    __slots__ = ("index", "element")
-
-
 def constant_like(like: Any, array: Any) -> Any:
     """`array` as a constant of the kind of `like`: a Tensor beside Tensors (a graph being
     recorded), the array itself beside arrays (a gradient rule run without a graph)."""
@@ -395,3 +339,4 @@ def constant_like(like: Any, array: Any) -> Any:
 
 
 from .. import ops as _ops  # noqa: E402  (the Tensor's operators need the ops: the one cycle)
+from .tensor_tuple import OneHotAdjoint, TensorTuple, TensorTupleOp  # noqa: E402,F401

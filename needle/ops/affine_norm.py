@@ -20,7 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..arguments import check_range, real
-from ..autograd.tensor import Tensor, TensorTupleOp
+from ..autograd.tensor import Tensor
+from ..autograd.tensor_tuple import TensorTupleOp
 from ..backends import namespace
 from ..kernels import ADD_TO_FRESH, SUM, Kernel
 from .dtypes import PromotingOp, check_floating

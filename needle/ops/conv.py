@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..autograd.tensor import Tensor, TensorOp, TensorTupleOp
+from ..autograd.tensor import Tensor, TensorOp
+from ..autograd.tensor_tuple import TensorTupleOp
 from ..backends import namespace
 from ..kernels import ADD_TO_FRESH, SUM, Kernel
 from .axes import int_at_least

@@ -6,7 +6,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..autograd.graph import Value
-from ..autograd.tensor import OneHotAdjoint, Tensor, TensorOp, TensorTuple, TensorTupleOp
+from ..autograd.tensor import Tensor, TensorOp
+from ..autograd.tensor_tuple import OneHotAdjoint, TensorTuple, TensorTupleOp
 from ..backends import namespace
 from .axes import normalize_axis
 from .dtypes import promote
