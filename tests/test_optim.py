@@ -643,3 +643,22 @@ def test_adam_bias_correction_counts_each_parameters_own_updates(big, device):
     assert again.state_dict()["steps"] == {0: 6, 1: 6, 2: 6}
     with pytest.raises(ValueError, match=r"steps of parameter 1 must be an int in \[0, t\]"):
         again.load_state_dict({**saved, "steps": {0: 6, 1: 7, 2: 2}})
+
+
+def test_optimizer_state_counts_may_be_numpy_integers(device):
+    """A state_dict read back through numpy holds t (and Adam's steps) as np.int64, which
+    load_state_dict refused ("t must be an int >= 0, found np.int64(3)")."""
+    ps = params_on(device)
+    opt = optim.Adam(ps, lr=0.1)
+    for step in range(3):
+        set_grads(ps, grads_for(step), device)
+        opt.step()
+    saved = opt.state_dict()
+    saved["t"] = np.int64(saved["t"])
+    saved["steps"] = {i: np.int32(n) for i, n in saved["steps"].items()}
+    again = optim.Adam(ps, lr=0.1)
+    again.load_state_dict(saved)
+    assert again.t == 3 and type(again.t) is int and again.state_dict()["steps"] == {0: 3, 1: 3}
+    for bad in (True, 2.0, -1):
+        with pytest.raises(ValueError, match="t must be an int >= 0"):
+            again.load_state_dict({**saved, "t": bad})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -17,6 +18,18 @@ def flat_concat_portable(arrays: list) -> Any:
     """The arrays' elements (each in C order) one after another, as one 1-d array."""
     xp = namespace(arrays[0])
     return xp.concat([a if a.ndim == 1 else xp.reshape(a, (-1,)) for a in arrays])
+
+
+def _count(value: Any) -> int | None:
+    """`value` as an int >= 0 (numpy's integers too, as a checkpoint read by numpy holds
+    them), or None where it is no such count (a bool, a float, a negative number)."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return None
+    try:
+        n = operator.index(value)
+    except TypeError:
+        return None
+    return n if n >= 0 else None
 
 
 def _parameter_list(owner: str, params: Any) -> list[Tensor]:
@@ -338,20 +351,20 @@ class Optimizer:
         unknown = [k for k in hyper if k not in self.hyperparameters]
         if unknown:
             problems.append(f"unexpected hyperparameters {unknown}")
-        t = state_dict["t"]
-        if isinstance(t, bool) or not isinstance(t, int) or t < 0:
-            problems.append(f"t must be an int >= 0, found {t!r}")
+        t = _count(state_dict["t"])
+        if t is None:
+            problems.append(f"t must be an int >= 0, found {state_dict['t']!r}")
         # an older checkpoint has no "steps": each parameter with state was updated t times
         steps = state_dict.get("steps", {i: t for i in state_dict["state"]})
         counts = {}
         for key, n in dict(steps).items():
             i = key if isinstance(key, int) else int(key) if str(key).isdigit() else -1
-            if not 0 <= i < len(self.params) or isinstance(n, bool) or not isinstance(n, int) \
-                    or not 0 <= n <= (t if isinstance(t, int) else n):
+            count = _count(n)
+            if not 0 <= i < len(self.params) or count is None or count > (t or 0):
                 problems.append(f"steps of parameter {key!r} must be an int in [0, t], "
                                 f"found {n!r}")
             else:
-                counts[i] = n
+                counts[i] = count
         new_state: dict[int, dict[str, Any]] = {}
         for key, entry in state_dict["state"].items():
             i = key if isinstance(key, int) else int(key) if str(key).isdigit() else -1
