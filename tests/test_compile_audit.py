@@ -338,3 +338,78 @@ def test_dropout_p_set_after_the_first_calls_is_used(device):
     drop.p = 0.5  # was replayed as p = 0: no entry zeroed
     out = step(x).numpy()
     assert set(np.unique(out)) <= {0.0, 2.0} and (out == 0).any() and step.captures == 2
+
+
+# ----- the second compile audit: what a replay could not repeat ------------------------------
+def test_backward_into_a_graph_built_before_the_step_raises(device):
+    """A loss step compiled alone, the model's forward run eagerly outside: replays sent the
+    first call's gradients back through the outside graph (losses 0.576/0.882 instead of
+    0.571/0.953 by the fourth step). A replay cannot differentiate through it: an error."""
+    lin = nn.Linear(3, 2, device=device)
+    step = ndl.compile(lambda logits, y: nn.SoftmaxLoss()(logits, y).backward())
+    x, y = _batches(device, n=1)[0]
+    with pytest.raises(ndl.CompileError, match=r"reaches Affine's output, made before the "
+                                               r"step .* Run that forward inside the step"):
+        step(lin(x), y)
+    z = lin(x).detach()  # detached (a leaf that requires grad), an ordinary argument
+    z.requires_grad = True
+    step(z, y)
+    assert z.grad is not None and z.grad.shape == z.shape
+
+
+def test_a_setting_assigned_after_the_step_called_the_module_raises(device):
+    """`out = drop(x); drop.p = next_p` (a schedule for the next call): replays kept p = 0
+    and drew nothing. A replay cannot repeat the assignment: an error naming it."""
+    drop = nn.Dropout(0.0)
+
+    @ndl.compile
+    def step(x, next_p):
+        out = drop(x)
+        drop.p = next_p
+        return out
+    with pytest.raises(ndl.CompileError, match=r"Dropout.p is assigned at .*after the step "
+                                               r"called that Module"):
+        step(_const(np.ones((4, 4)), device), 0.5)
+
+    @ndl.compile
+    def before(x, p):  # assigned before the call: p is part of the signature, as recorded
+        drop.p = p
+        return drop(x) * 1.0
+    x = _const(np.ones((8, 8)), device)
+    assert before(x, 0.0).numpy().sum() == 64.0 and before(x, 0.0).numpy().sum() == 64.0
+    assert (before(x, 0.5).numpy() == 0).any() and before.captures == 2
+
+
+def test_a_tensor_made_in_the_step_kept_on_a_module_raises(device):
+    """An RNN keeping its hidden state as `self.h = h.detach()`: replays left the recording's
+    state there and every call after computed from it (sums -0.50, -1.04 instead of -1.99,
+    -2.71). An error that says to return the state instead."""
+    class Stateful(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 3, device=device)
+            self.h = None
+
+        def forward(self, x):
+            h = self.lin(x) if self.h is None else self.lin(x) + self.h
+            self.h = h.detach()
+            return h
+    m = Stateful()
+    with pytest.raises(ndl.CompileError, match=r"a Tensor made inside the step is kept as "
+                                               r"Stateful.h .* Return it from the step"):
+        ndl.compile(lambda x: m(x).sum())(_batches(device, n=1)[0][0])
+
+
+def test_an_argument_also_read_deep_in_a_closure_records_again(device):
+    """The step read W four containers down its closure and was called with W, then with
+    another Tensor: the closure's read became the argument (60 instead of 44). The search
+    for what the step can reach now goes 6 levels down (and warns where it stops)."""
+    w = _const(np.ones((2, 2)), device)
+    cfg = {"a": {"b": {"c": {"ref": w}}}}
+
+    def step(x):
+        return (x * 2.0 + cfg["a"]["b"]["c"]["ref"]).sum()
+    compiled = ndl.compile(step)
+    other = _const(np.full((2, 2), 5.0), device)
+    for x in (w, other, w):
+        _same([compiled(x)], [step(x)])

@@ -120,6 +120,8 @@ def backward(output: Value, out_grad: Any, retain_graph: bool = True) -> None:
         else:  # (a tuple's raw adjoints always: their None elements become zeros)
             grad = node._sum_adjoints(partials)
         op = node.op
+        if tracer is not None and op is not None:
+            tracer.backward_node(node)  # (ndl.compile: not a graph from before the step)
         if op is None:
             node._grad = grad
             if tracer is not None:

@@ -53,6 +53,7 @@ class Recorder(StateHooks):
         self.last: dict[int, Any] = {}  # id(outside Value) -> the data the program knows it has
         self.modules: dict[int, tuple] = {}  # id(Module) -> (Module, training)
         self.moded: set[int] = set()  # ids of Modules whose mode the step sets itself
+        self.called: set[int] = set()  # ids of the Modules the step called
         self.pending: dict = {}  # id(host value) -> (value, slot, kind, where, device, lines)
         self.depth = 0  # > 0 inside a call recorded as one step: nothing below is recorded
         self.draw_devices: dict[int, Any] = {}  # devices whose generator the step draws from

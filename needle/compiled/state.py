@@ -89,8 +89,41 @@ class StateHooks:
 
     def module(self, m: Any) -> None:
         """A Module was called: replays check its train/eval mode."""
-        if self.active() and id(m) not in self.moded:  # (and for CUDA graphs)
-            self.modules.setdefault(id(m), (m, m.training))
+        if self.active():
+            self.called.add(id(m))
+            if id(m) not in self.moded:  # (and for CUDA graphs)
+                self.modules.setdefault(id(m), (m, m.training))
+
+    def module_set(self, m: Any, name: str, value: Any) -> None:
+        """`m.name = value` inside the step: a replay runs no such Python, so it must not
+        matter to the calls after. A Tensor made in the step kept on a Module (an RNN's
+        hidden state as `self.h`), or any attribute set after the step called the Module
+        (a schedule's `drop.p = p` for the next call), would keep the recording's value."""
+        if not self.active():
+            return
+        here = f"{type(m).__name__}.{name}"
+        if isinstance(value, Value) and not self.outside(value):
+            raise CompileError(
+                f"ndl.compile({self.name}): a Tensor made inside the step is kept as {here} "
+                f"at {where()}: replays would leave the recording's there. Return it from the "
+                "step (and pass it back in as an argument)")
+        if id(m) in self.called:
+            raise CompileError(
+                f"ndl.compile({self.name}): {here} is assigned at {where()}, after the step "
+                "called that Module: a replay cannot repeat the assignment, so the next "
+                "calls would use the recording's value. Assign it outside the step, or "
+                "before the step calls the Module")
+
+    def backward_node(self, node: Value) -> None:
+        """backward reached an op's output: one made before the step (an argument whose
+        graph was built outside, a loss made outside) cannot be differentiated at replay."""
+        if self.active() and self.outside(node):
+            raise CompileError(
+                f"ndl.compile({self.name}): backward at {where()} reaches "
+                f"{type(node.op).__name__}'s output, made before the step (a Tensor argument "
+                "with a graph built outside it, whose forward ran eagerly): a replay cannot "
+                "differentiate through it. Run that forward inside the step, or pass the "
+                "Tensor detached")
 
     def setting(self, obj: Any, name: str, value: Any) -> None:
         """An optimizer's hyperparameter set inside the step: set again at replay."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import traceback
 import types
+import warnings
 from typing import Any
 
 from ..autograd.graph import Value
@@ -68,14 +69,21 @@ def _contents(obj: Any) -> list:
     return _attributes(obj)
 
 
-def reachable(roots: list, depth: int = 3, limit: int = 20000) -> set[int]:
+def reachable(roots: list, depth: int = 6, limit: int = 200000) -> set[int]:
     """The ids of the Values reachable from `roots`, `depth` levels down (at most `limit`
-    objects): through functions' closures, defaults and the globals they name, containers,
-    and attributes (`__dict__`, `__slots__`) of other objects."""
+    objects, a RuntimeWarning when it stops there): through functions' closures, defaults
+    and the globals they name, containers, and attributes (`__dict__`, `__slots__`) of
+    other objects. Strings, numbers, types, modules and arrays hold none and are skipped."""
     found: set[int] = set()
     seen: set[int] = set()
     todo = [(obj, depth) for obj in roots]
-    while todo and len(seen) < limit:
+    while todo:
+        if len(seen) >= limit:
+            warnings.warn(f"ndl.compile: stopped looking for the Tensors the step can reach "
+                          f"at {limit} objects; an argument that the step also reads "
+                          "through the rest is read as the argument at replay",
+                          RuntimeWarning, stacklevel=4)
+            break
         obj, left = todo.pop()
         if id(obj) in seen:
             continue
@@ -83,8 +91,7 @@ def reachable(roots: list, depth: int = 3, limit: int = 20000) -> set[int]:
         if isinstance(obj, Value):
             found.add(id(obj))
             continue
-        if left == 0 or obj is None or isinstance(obj, (str, bytes, int, float, type,
-                                                       types.ModuleType)) or is_array(obj):
+        if left == 0:
             continue
         if isinstance(obj, (staticmethod, classmethod, types.MethodType)):
             items = [obj.__func__, getattr(obj, "__self__", None)]
@@ -95,8 +102,15 @@ def reachable(roots: list, depth: int = 3, limit: int = 20000) -> set[int]:
             items += [names[n] for n in obj.__code__.co_names if n in names]
         else:
             items = _contents(obj)
-        todo += [(o, left - 1) for o in items]
+        todo += [(o, left - 1) for o in items if not _atom(o)]
     return found
+
+
+def _atom(obj: Any) -> bool:
+    """Whether `obj` can hold no Value (nor lead to one): None, a string, a number, a type,
+    a module or an array."""
+    return obj is None or isinstance(obj, (str, bytes, int, float, complex, type,
+                                           types.ModuleType)) or is_array(obj)
 
 
 def _full(cell: Any) -> bool:

@@ -134,9 +134,11 @@ class Module:
             raise TypeError(f"{type(self).__name__}: cannot assign a Tensor to parameter "
                             f"{name!r} (a Parameter or None expected): it would leave the "
                             f"parameters; wrap it, Parameter(t), or set `.data`")
-        if name != "training" and (not isinstance(value, Tensor) or name in buffers
-                                   or isinstance(value, Parameter)):
-            object.__setattr__(self, "_assigned", self._assigned + 1)
+        if name != "training":
+            if graph._TRACER is not None:  # ndl.compile: what a replay would not repeat
+                graph._TRACER.module_set(self, name, value)
+            if not isinstance(value, Tensor) or name in buffers or isinstance(value, Parameter):
+                object.__setattr__(self, "_assigned", self._assigned + 1)
         if name in buffers:
             if isinstance(value, (Parameter, Module)):
                 del buffers[name]  # as in PyTorch: it becomes a parameter or a submodule
