@@ -889,7 +889,8 @@ def test_mnist_labels_outside_0_to_9_are_usage_errors(labels, tiny, tmp_path, ca
                        "--checkpoint", str(ck), "--quiet"], capsys)
     n = N_TRAIN if labels.startswith("train") else N_TEST
     assert err.splitlines()[-1] == (f"needle-train: error: --data-dir {data}: {data / labels}: "
-                                    f"labels must lie in 0..9, found 200 at index {n - 1}")
+                                    f"labels must lie in 0..9, found 200 (the label of image "
+                                    f"{n - 1})")
     assert not ck.exists()  # refused before training, not after an epoch
 
 

@@ -20,11 +20,17 @@ MT19937_WORDS = 624  # the key length of numpy's legacy random state
 
 def image_data(parser: argparse.ArgumentParser, where: str, train_set: Dataset,
                test_set: Dataset, augment: int, size: tuple[int, int], model: str) -> None:
-    """Both sets hold images of `size` (rows, cols), which `model` is built for, and shifts
-    of `augment` pixels leave part of every image in view (the readers check the labels)."""
+    """Both sets hold images of `size` (rows, cols), which `model` is built for, their labels
+    lie in [0, 10), and shifts of `augment` pixels leave part of every image in view."""
     for split, ds in (("training", train_set), ("test", test_set)):
         if len(ds) == 0:
             parser.error(f"{where}: {_files(ds, split)} no images")
+        if isinstance(ds, MNISTDataset):  # CIFAR-10's reader checks its labels itself
+            bad = np.flatnonzero(ds.labels >= NUM_CLASSES)
+            if bad.size:
+                more = f", and {bad.size - 1} more" if bad.size > 1 else ""
+                parser.error(f"{where}: {ds.label_filename}: labels must lie in 0..9, found "
+                             f"{ds.labels[bad[0]]} (the label of image {bad[0]}){more}")
     _check_size(parser, where, train_set, test_set, size, model)
     side = min(_image_size(train_set))
     if augment >= side:
