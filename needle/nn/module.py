@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+import warnings
 from typing import Any, Iterator, Mapping
 
 from ..autograd import Tensor, graph, mark_modified
@@ -131,9 +132,11 @@ class Module:
         buffers = _buffer_table(self)
         if (isinstance(value, Tensor) and not isinstance(value, Parameter)
                 and isinstance(self.__dict__.get(name), Parameter)):
-            raise TypeError(f"{type(self).__name__}: cannot assign a Tensor to parameter "
-                            f"{name!r} (a Parameter or None expected): it would leave the "
-                            f"parameters; wrap it, Parameter(t), or set `.data`")
+            # allowed, as in the course (its hw4 tests load PyTorch's weights this way), where
+            # PyTorch raises; said, since the Tensor is no parameter: not trained, not saved
+            warnings.warn(f"{type(self).__name__}.{name}: a plain Tensor replaces a "
+                          f"Parameter, so it leaves parameters() and state_dict() (wrap it, "
+                          f"Parameter(t), or set `.data` to keep it trained)", stacklevel=2)
         if name != "training":
             if graph._TRACER is not None:  # ndl.compile: what a replay would not repeat
                 graph._TRACER.module_set(self, name, value)
