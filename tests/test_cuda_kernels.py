@@ -126,7 +126,7 @@ def test_flat_concat_gets_its_arguments_in_the_kernels_order(monkeypatch):
     from types import SimpleNamespace as NS
 
     from needle.backends import flat_concat
-    from needle.optim.optimizer import flat_concat_portable
+    from needle.optim.flat import flat_concat_portable
 
     launches = []
 

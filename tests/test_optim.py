@@ -622,10 +622,12 @@ def test_adam_bias_correction_counts_each_parameters_own_updates(big, device):
     if big:  # the parameters' own arrays, not one flat array
         opt_cls = type("BigAdam", (optim.Adam,), {"flat_max_size": 0})
     ps = [nn.Parameter(ndl.Tensor(np.zeros(3), device=device, dtype="float64"))
-          for _ in range(3)]
+          for _ in range(4)]
     opt = opt_cls(ps, lr=0.1)
     g = np.array([1.0, -2.0, 0.5])
-    schedule = [(g, None, None)] * 3 + [(g, g, None), (g, g, 2 * g), (g, None, g)]
+    # parameters 1 and 3 lag alike: one flat group of two, kept from step to step
+    schedule = ([(g, None, None, None)] * 3 + [(g, g, None, -g), (g, g, 2 * g, g)]
+                + [(g, None, g, None)])
     for grads in schedule:
         for p, gr in zip(ps, grads):
             p.grad = None if gr is None else ndl.Tensor(gr, device=device, dtype="float64")
@@ -634,15 +636,18 @@ def test_adam_bias_correction_counts_each_parameters_own_updates(big, device):
         np.testing.assert_allclose(p.numpy(), ref, rtol=1e-12, atol=1e-15)
     assert abs(ps[1].numpy()[0] - -0.1 * 2) < 0.02  # (about lr a step, not 0.058)
     saved = opt.state_dict()
-    assert opt.t == 6 and saved["steps"] == {0: 6, 1: 2, 2: 2}
+    assert opt.t == 6 and saved["steps"] == {0: 6, 1: 2, 2: 2, 3: 2}
+    assert not opt._flat  # the last step's groups were of one: no flat copies left behind
     again = opt_cls(ps, lr=0.1)
     again.load_state_dict(saved)
     assert again.state_dict()["steps"] == saved["steps"]
     old = {k: v for k, v in saved.items() if k != "steps"}  # an older checkpoint: t each
     again.load_state_dict(old)
-    assert again.state_dict()["steps"] == {0: 6, 1: 6, 2: 6}
+    assert again.state_dict()["steps"] == {0: 6, 1: 6, 2: 6, 3: 6}
     with pytest.raises(ValueError, match=r"steps of parameter 1 must be an int in \[0, t\]"):
-        again.load_state_dict({**saved, "steps": {0: 6, 1: 7, 2: 2}})
+        again.load_state_dict({**saved, "steps": {0: 6, 1: 7, 2: 2, 3: 2}})
+    with pytest.raises(ValueError, match=r"no steps for parameters \[2\], which have state"):
+        again.load_state_dict({**saved, "steps": {0: 6, 1: 2, 3: 2}})
 
 
 def test_optimizer_state_counts_may_be_numpy_integers(device):

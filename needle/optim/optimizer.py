@@ -4,20 +4,13 @@ from __future__ import annotations
 
 import math
 import operator
-from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from ..arguments import check_range
 from ..autograd import Tensor, graph, mark_modified
 from ..autograd.graph import replayed
-from ..backends import device_of, namespace
-from ..kernels import Kernel
-
-
-def flat_concat_portable(arrays: list) -> Any:
-    """The arrays' elements (each in C order) one after another, as one 1-d array."""
-    xp = namespace(arrays[0])
-    return xp.concat([a if a.ndim == 1 else xp.reshape(a, (-1,)) for a in arrays])
+from ..backends import device_of
+from .flat import FLAT_CONCAT, _FlatGroup
 
 
 def _count(value: Any) -> int | None:
@@ -54,41 +47,6 @@ def _parameter_list(owner: str, params: Any) -> list[Tensor]:
                             f"parameters can be optimized (convert it first, e.g. with "
                             f"ndl.ops.astype(p, \"float32\"))")
     return params
-
-
-#: a flat group's gradients as one array: on cuda one kernel taking the arrays' pointers as
-#: arguments, where cupy's concatenate copies tables of them from the host
-FLAT_CONCAT = Kernel("flat_concat", flat_concat_portable,
-                     fast={"cuda": "needle.backends.flat_concat:flat_concat_cuda"})
-
-
-@dataclass
-class _FlatGroup:
-    """A group's flat arrays after a step, reused by the next step while nothing replaced
-    them: every parameter (and state entry) of the group still holds the view it was given.
-
-    Saves the concatenation of parameters and state into flat arrays on every step.
-    """
-
-    indices: tuple[int, ...]
-    params: Any  # the flat parameter array
-    param_views: dict[int, Any]  # parameter index -> its slice of `params`, reshaped
-    state: dict[str, Any]  # state name -> flat array ({} for a stateless rule)
-    state_entries: dict[int, dict[str, Any]]  # parameter index -> its state dict of views
-
-    def flat_params(self, indices: tuple[int, ...], params: list[Tensor]) -> Any | None:
-        """The flat parameters of `indices`, or None when they must be rebuilt."""
-        if self.indices == indices and all(p._array is self.param_views[i]
-                                           for i, p in zip(indices, params)):
-            return self.params
-        return None
-
-    def flat_state(self, indices: tuple[int, ...], state: dict[int, dict]) -> dict | None:
-        """The flat state of `indices`, or None when it must be rebuilt."""
-        if self.indices == indices and self.state and all(
-                state.get(i) is self.state_entries[i] for i in indices):
-            return self.state
-        return None
 
 
 class Optimizer:
@@ -176,19 +134,21 @@ class Optimizer:
                 key = (p.device, data.dtype)
                 if counts is not None:  # a parameter updated fewer times: a group of its
                     n = counts[i] = counts.get(i, 0) + 1  # count (as PyTorch's per-
-                    if n != self.t:  # parameter step)
-                        key += (n,)
+                    if n != self.t:  # parameter step), keyed by how far it lags (the same
+                        key += (self.t - n,)  # from step to step: its flat arrays are kept)
                 by_size.setdefault(key, []).append(i)
         # every parameter about to change gets a new version: backward() through a graph
         # built before this step raises instead of differentiating with the new values
         mark_modified(*(self.params[i] for by_size in (big, groups)
                         for indices in by_size.values() for i in indices))
         for key, indices in big.items():
-            self._step_count = key[2] if len(key) > 2 else self.t
+            self._step_count = self.t - (key[2] if len(key) > 2 else 0)
             self._step_big(indices)
-        for key, indices in groups.items():  # (a lagging group keeps no flat arrays)
-            self._step_count = key[2] if len(key) > 2 else self.t
-            self._step_group(indices, key if len(key) == 2 else None)
+        for key, indices in groups.items():
+            self._step_count = self.t - (key[2] if len(key) > 2 else 0)
+            self._step_group(indices, key)
+        for key in [k for k in self._flat if k not in groups]:
+            del self._flat[key]  # a group that had no gradients: its copies are freed
 
     def _grads(self, params: list[Tensor]) -> list[Any]:
         """The parameters' gradient arrays, each in its parameter's dtype."""
@@ -356,6 +316,11 @@ class Optimizer:
             problems.append(f"t must be an int >= 0, found {state_dict['t']!r}")
         # an older checkpoint has no "steps": each parameter with state was updated t times
         steps = state_dict.get("steps", {i: t for i in state_dict["state"]})
+        if self._counts is not None:  # a parameter with moments has a count of its updates
+            absent = [k for k in state_dict["state"] if k not in steps and str(k) not in
+                      map(str, steps)]
+            if absent:
+                problems.append(f"no steps for parameters {absent}, which have state")
         counts = {}
         for key, n in dict(steps).items():
             i = key if isinstance(key, int) else int(key) if str(key).isdigit() else -1
