@@ -24,8 +24,13 @@ from pathlib import Path
 
 
 def pin(cpu: int) -> None:
-    """Run this process (all its threads made later) on `cpu` only."""
-    os.sched_setaffinity(0, {cpu})
+    """Run this process on `cpu` only: every thread it has (BLAS's, PyTorch's) and those
+    it makes later."""
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), {cpu})
+        except OSError:  # (a thread that ended meanwhile)
+            pass
 
 
 def timed(step, sync, steps: int) -> tuple[float, float]:

@@ -324,3 +324,7 @@ def test_dataloader_batches_a_tensor_by_rows(device):
     assert [b[0].numpy().tolist() for b in batches] == [[[0, 1], [2, 3]], [[4, 5], [6, 7]],
                                                         [[8, 9]]]
     assert batches[0][0].device == device and batches[0][0].dtype == "float32"
+    other = ndl.cpu() if device != ndl.cpu() else ndl.strict()  # the tensor's device,
+    x = tensor(np.arange(4.0), other)  # unless another is asked for (as PyTorch keeps it)
+    assert next(iter(DataLoader(x, batch_size=2)))[0].device == other
+    assert next(iter(DataLoader(x, batch_size=2, device=device)))[0].device == device

@@ -804,3 +804,5 @@ def test_numpy_asarray_of_a_tensor_is_its_data(device):
     assert np.array(t, dtype=np.float64).dtype == np.float64
     a[0, 0] = 100.0  # a copy: the tensor is unchanged
     assert t.numpy()[0, 0] == 0.0
+    with pytest.raises(ValueError, match="cannot be taken without a copy"):
+        t.__array__(copy=False)  # (numpy 2's np.asarray(t, copy=False))

@@ -542,6 +542,13 @@ def test_loader_refuses_a_dataset_that_reads_one_sample_per_index(device):
                                          r"0 of shape \(12,\), not one row per index"):
         next(iter(ndl.data.DataLoader(OneSample(), batch_size=3, device=device)))
 
+    class Dicts(OneSample):
+        def __getitem__(self, i):
+            return {"x": self.X[i], "y": np.zeros(len(i))}
+    with pytest.raises(TypeError, match="DataLoader: Dicts returned a dict for a batch; "
+                                        "return a tuple of arrays"):
+        next(iter(ndl.data.DataLoader(Dicts(), batch_size=3, device=device)))
+
 
 @pytest.mark.parametrize("n, bs, sizes", [(10, 4, [4, 4]), (8, 4, [4, 4]), (3, 4, [])])
 def test_loader_drop_last(n, bs, sizes, device):

@@ -367,8 +367,12 @@ def test_named_modules_apply_requires_grad_and_zero_grad(device):
     x = ndl.Tensor(np.ones((4, 2), dtype=np.float32), device=device, requires_grad=False)
     model(x).sum().backward()
     assert all(p.grad is not None for p in model.parameters())
+    model.zero_grad(set_to_none=False)  # PyTorch's zeros
+    assert all(p.grad is not None and not p.grad.numpy().any() for p in model.parameters())
     model.zero_grad()
     assert all(p.grad is None for p in model.parameters())
+    with pytest.raises(TypeError, match="Sequential: requires_grad must be True or False"):
+        model.requires_grad_("no")  # (a string is true to Python)
     assert model.requires_grad_(False) is model
     assert not any(p.requires_grad for p in model.parameters())
     assert not model(x).requires_grad

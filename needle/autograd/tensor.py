@@ -81,6 +81,8 @@ class Tensor(Value):
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> Any:
         """numpy's view of the data (`np.asarray(t)`): a host copy, as `numpy()` (without
         it numpy made an object array of 0-d Tensors)."""
+        if copy is False:  # (numpy 2's contract: no copy, or an error)
+            raise ValueError("a needle Tensor's data cannot be taken without a copy")
         out = self.numpy()
         return out if dtype is None else out.astype(dtype, copy=False)
 

@@ -65,6 +65,7 @@ class DataLoader:
             raise ValueError(f"DataLoader: batch_size must be a positive integer, got "
                              f"{batch_size!r}")
         if isinstance(dataset, Tensor):  # its rows, as PyTorch's DataLoader over a tensor
+            device = dataset.device if device is None else device  # (there by default)
             dataset = NDArrayDataset(dataset)  # (a host copy: a Tensor takes no index array)
         _check_dataset(dataset)
         shuffle = flag("DataLoader", "shuffle", shuffle)  # (shuffle="no" is true to Python)
@@ -102,6 +103,9 @@ class DataLoader:
             yield self._to_tensors(self.dataset[index], len(index))
 
     def _to_tensors(self, batch: Any, rows: int) -> tuple[Tensor, ...]:
+        if isinstance(batch, Mapping):
+            raise TypeError(f"DataLoader: {type(self.dataset).__name__} returned a "
+                            f"{type(batch).__name__} for a batch; return a tuple of arrays")
         items = batch if isinstance(batch, (tuple, list)) else (batch,)
         for j, x in enumerate(items):
             shape = tuple(x.shape) if hasattr(x, "shape") else np.shape(x)

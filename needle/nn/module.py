@@ -6,6 +6,7 @@ import operator
 import warnings
 from typing import Any, Iterator, Mapping
 
+from ..arguments import flag
 from ..autograd import Tensor, graph, mark_modified
 from ..autograd.tensor_checks import check_device
 from ..backends import Device
@@ -233,14 +234,16 @@ class Module:
 
     def requires_grad_(self, requires_grad: bool = True) -> Module:
         """Set requires_grad on every parameter (freeze with False); returns self."""
+        requires_grad = flag(type(self).__name__, "requires_grad", requires_grad)
         for p in self.parameters():
             p.requires_grad = requires_grad
         return self
 
-    def zero_grad(self) -> None:
-        """Set every parameter's grad to None (as the optimizer's reset_grad)."""
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Set every parameter's grad to None (as the optimizer's reset_grad), or to zeros."""
         for p in self.parameters():
-            p.grad = None
+            p.grad = None if set_to_none else Tensor.make_const(
+                p.device.zeros(p.shape, dtype=p._realize().dtype), device=p.device)
 
     def _named_tensors(self, saved_only: bool = False) -> dict[str, Tensor]:
         """Parameters and buffers by dotted name, in insertion order (with `saved_only`,
