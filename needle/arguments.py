@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Callable
+from typing import Any
 
 
 def _is_bool(value: Any) -> bool:
@@ -68,27 +68,3 @@ def flag(owner: str, name: str, value: Any) -> bool:
         raise TypeError(f"{owner}: {name} must be True or False, found {value!r} "
                         f"({type(value).__name__})")
     return bool(value)
-
-
-class Checked:
-    """An attribute whose every assignment, the constructor's and any later one, goes
-    through `check(owner, name, value)` (one of the checks above with its limits bound):
-    `bn.eps = -1.0` after construction is the constructor's ValueError, not NaN later."""
-
-    def __init__(self, check: Callable[[str, str, Any], Any]) -> None:
-        self.check = check
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, instance: Any, owner: type | None = None) -> Any:
-        if instance is None:
-            return self
-        try:
-            return instance.__dict__[self.name]
-        except KeyError:
-            raise AttributeError(f"{type(instance).__name__!r} object has no attribute "
-                                 f"{self.name!r}") from None
-
-    def __set__(self, instance: Any, value: Any) -> None:
-        instance.__dict__[self.name] = self.check(type(instance).__name__, self.name, value)

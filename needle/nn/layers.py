@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from .. import init, ops
-from ..arguments import Checked, check_range, flag
+from ..arguments import check_range, flag
 from ..autograd import Tensor
 from ..backends import Device
 from .module import Module, Parameter, check_size
@@ -144,7 +144,7 @@ class Dropout(Module):
     """Zeroes each entry with probability p in training (scaling the rest by 1/(1-p))."""
 
     #: checked at every assignment (p = 1 would divide by 0)
-    p = Checked(lambda owner, name, value: check_range(owner, name, value, 0.0, 1.0))
+    _setting_checks = {"p": lambda owner, name, value: check_range(owner, name, value, 0.0, 1.0)}
 
     def __init__(self, p: float = 0.5):
         super().__init__()

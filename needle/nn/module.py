@@ -125,12 +125,19 @@ class Module:
     #: replays check it (`lin.weight = Parameter(...)` or `drop.p = 0.5` records anew);
     #: plain Tensor attributes (a kept input) and `training` (checked itself) don't count
     _assigned: int = 0
+    #: settings checked at every assignment, the constructor's and any later one (`bn.eps =
+    #: -1` is the constructor's ValueError): name -> check(owner, name, value) -> the value
+    #: to keep (a float); reads are plain attribute reads
+    _setting_checks: dict[str, Any] = {}
 
     def __init__(self) -> None:
         self.training = True
 
     def __setattr__(self, name: str, value: Any) -> None:
         buffers = _buffer_table(self)
+        check = self._setting_checks.get(name)
+        if check is not None:
+            value = check(type(self).__name__, name, value)
         if (isinstance(value, Tensor) and not isinstance(value, Parameter)
                 and isinstance(self.__dict__.get(name), Parameter)):
             # allowed, as in the course (its hw4 tests load PyTorch's weights this way), where

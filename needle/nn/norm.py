@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import init, ops
-from ..arguments import Checked, check_range
+from ..arguments import check_range
 from ..autograd import Tensor, mark_modified
 from ..autograd.graph import array_function
 from ..backends import Device, namespace
@@ -59,9 +59,8 @@ class BatchNorm1d(Module):
 
     # checked at every assignment: eps < 0 gives NaN, momentum > 1 extrapolates the running
     # statistics (eps 0 is refused in training by the BatchNorm op, as PyTorch)
-    eps = Checked(_eps)
-    momentum = Checked(lambda owner, name, value: check_range(owner, name, value, 0.0, 1.0,
-                                                              high_inclusive=True))
+    _setting_checks = {"eps": _eps, "momentum": lambda owner, name, value: check_range(
+        owner, name, value, 0.0, 1.0, high_inclusive=True)}
 
     def __init__(self, dim: int, eps: float = 1e-5, momentum: float = 0.1,
                  device: Device | None = None, dtype: str = "float32"):
@@ -144,7 +143,7 @@ class BatchNorm2d(BatchNorm1d):
 class LayerNorm1d(Module):
     """Normalise over the last axis (biased variance), then scale and shift."""
 
-    eps = Checked(_eps)
+    _setting_checks = {"eps": _eps}
 
     def __init__(self, dim: int, eps: float = 1e-5, device: Device | None = None,
                  dtype: str = "float32"):

@@ -122,8 +122,8 @@ def affine(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:
     """a @ b; 1-d operands are treated as a row (left) or column (right) vector, as numpy does."""
-    if not (hasattr(a, "ndim") and hasattr(b, "ndim")):  # a list: MatMul's error names it
-        return MatMul()(a, b)
+    if isinstance(a, (list, tuple, int, float)) or isinstance(b, (list, tuple, int, float)):
+        return MatMul()(a, b)  # (its error names the operand)
     if a.ndim == 1 and b.ndim == 1:
         return reshape(MatMul()(reshape(a, (1, -1)), reshape(b, (-1, 1))), ())
     if a.ndim == 1:
