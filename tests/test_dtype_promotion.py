@@ -238,3 +238,22 @@ def test_the_ends_of_a_signed_range_are_python_ints_it_takes(dtype, device):
     np.testing.assert_array_equal((i - hi).numpy(), np.array([-hi, lo], dtype))
     np.testing.assert_array_equal((i * lo).numpy(), np.array([0, lo], dtype))
     np.testing.assert_array_equal((i**hi).numpy(), np.array([0, -1], dtype))
+
+
+def test_sums_of_bools_count_in_the_default_integer(device):
+    """An accuracy count, (a == b).sum(): int64 everywhere (strict refused bools)."""
+    m = tensor([[True, False], [True, True]], "bool", device)
+    empty = tensor([], "bool", device)
+    for out, expected in ((m.sum(), 3), (ndl.summation(m, axes=(0,)), [2, 1]),
+                          (ndl.summation(m, axes=1), [1, 2]), (empty.sum(), 0)):
+        assert out.dtype == "int64"  # (jax without x64: int32, its default integer)
+        np.testing.assert_array_equal(out.numpy(), expected)
+
+
+def test_max_of_bools_is_any(device):
+    """numpy's, PyTorch's and jax's max of bools is a bool (strict refused them)."""
+    m = tensor([[True, False], [False, False]], "bool", device)
+    for out, expected in ((ndl.ops.max(m), True), (ndl.ops.max(m, axes=1), [True, False]),
+                          (ndl.ops.max(m, axes=(1,), keepdims=True), [[True], [False]])):
+        assert out.dtype == "bool"
+        np.testing.assert_array_equal(out.numpy(), expected)

@@ -31,6 +31,7 @@ _promoted: dict[tuple[str, str], str | None] = {}  # a cache of promoted_name
 # (dtype class, native dtype) -> whether it is real floating (keyed by the class too: strict's
 # dtypes hash as numpy's, and warn when compared with them)
 _real_floating: dict[tuple[type, Any], bool] = {}
+_bool: dict[tuple[type, Any], bool] = {}  # the same for bool
 
 
 def kind_name(name: str) -> str:
@@ -189,6 +190,21 @@ def floating_only(op: str, fn: Any, a: Any) -> Any:
     if out.dtype is not a.dtype:
         check_floating_result(op, a, out)
     return out
+
+
+def is_bool(a: Any) -> bool:
+    """Whether array `a` holds bools (cached per dtype)."""
+    dtype = a.dtype
+    key = (dtype.__class__, dtype)
+    found = _bool.get(key)
+    if found is None:
+        found = _bool[key] = namespace(a).isdtype(dtype, "bool")
+    return found
+
+
+def default_int(a: Any) -> Any:
+    """The default integer dtype of array `a`'s namespace (int64; int32 on jax without x64)."""
+    return namespace(a).__array_namespace_info__().default_dtypes()["integral"]
 
 
 def check_floating(op: str, a: Any) -> None:

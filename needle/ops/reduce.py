@@ -10,7 +10,7 @@ from ..autograd.tensor import Tensor, TensorOp, constant_like
 from ..backends import device_of, namespace
 from ..kernels import SUM, Kernel
 from .axes import freeze_axes, normalize_axes
-from .dtypes import check_floating
+from .dtypes import check_floating, default_int, is_bool
 from .indices import as_index_array
 from .movement import broadcast_to, reshape
 from .unary import exp
@@ -48,14 +48,19 @@ def _finite_max(xp, a, axes: tuple[int, ...]):
 
 
 class Summation(TensorOp):
-    """Sum over `axes` (None: all)."""
+    """Sum over `axes` (None: all); bools are counted in the default integer dtype."""
 
     def __init__(self, axes=None):
         self.axes = freeze_axes(axes)
 
     def compute(self, a):
         axes = None if self.axes is None else normalize_axes("sum", self.axes, a.shape)
-        return SUM(a, axes)
+        try:
+            return SUM(a, axes)
+        except TypeError:  # strict refuses bools: counted as numpy, torch and jax count them
+            if not is_bool(a):
+                raise
+            return SUM(namespace(a).astype(a, default_int(a)), axes)
 
     def gradient(self, out_grad, node):
         shape = tuple(node.inputs[0].shape)
@@ -68,7 +73,8 @@ def summation(a: Tensor, axes: int | tuple[int, ...] | None = None) -> Tensor:
 
 
 class Max(TensorOp):
-    """Maximum over `axes`; the adjoint is shared equally by the maximal entries."""
+    """Maximum over `axes` (of bools: any); the adjoint is shared equally by the maximal
+    entries."""
 
     def __init__(self, axes=None, keepdims: bool = False):
         self.axes = freeze_axes(axes)
@@ -80,7 +86,13 @@ class Max(TensorOp):
                                 (range(a.ndim) if axes is None else axes)):
             raise ValueError(f"max: cannot reduce over an empty axis (shape {tuple(a.shape)}, "
                              f"axes {self.axes}): the maximum of no elements is undefined")
-        return namespace(a).max(a, axis=axes, keepdims=self.keepdims)
+        xp = namespace(a)
+        try:
+            return xp.max(a, axis=axes, keepdims=self.keepdims)
+        except TypeError:  # strict refuses bools: any, numpy's, torch's and jax's max of them
+            if not is_bool(a):
+                raise
+            return xp.any(a, axis=axes, keepdims=self.keepdims)
 
     def gradient(self, out_grad, node):
         a = array_of(node.inputs[0])
