@@ -30,6 +30,9 @@ def normalize(device: str | None) -> str:
     raise ValueError(f"torch device {device!r}: expected 'cpu', 'cuda', 'cuda:N' or 'mps'")
 
 
+#: unsigned dtypes torch only stores (no arithmetic): refused on the torch device
+SHELL_DTYPES = ("uint16", "uint32", "uint64")
+
 class TorchDevice(Device):
     """Arrays that are torch.Tensors on one torch device ("cpu", "cuda:N" or "mps").
 
@@ -65,10 +68,11 @@ class TorchDevice(Device):
 
     def _build_dtype_table(self, xp: Any) -> None:
         super()._build_dtype_table(xp)
-        if not self.has_float64:
-            for name in NARROWER:
-                native = self._dtypes.pop((str, name), None)
-                self._dtypes.pop((type(native), native), None)
+        # torch's uint16/32/64 are storage types: no addition, max or negation on them
+        # (NotImplementedError at the first op), so they are refused where made, by name
+        for name in SHELL_DTYPES + (() if self.has_float64 else tuple(NARROWER)):
+            native = self._dtypes.pop((str, name), None)
+            self._dtypes.pop((type(native), native), None)
         self._public = {native: np.dtype(key[1]) for key, native in self._dtypes.items()
                         if key[0] is str}
 
@@ -77,9 +81,14 @@ class TorchDevice(Device):
         try:
             return super().dtype(spec)
         except TypeError:
-            if not self.has_float64 and str(getattr(spec, "name", spec)) in NARROWER:
+            name = str(getattr(spec, "name", spec))
+            if not self.has_float64 and name in NARROWER:
                 raise TypeError(f"dtype {spec!r}: {self} has no 64-bit floats; use "
                                 "float32") from None
+            if name in SHELL_DTYPES:
+                raise TypeError(f"dtype {name}: torch has no arithmetic on it (its uint16, "
+                                "uint32 and uint64 only store data); use uint8 or a signed "
+                                "integer dtype") from None
             raise
 
     def public_dtype(self, native: Any) -> np.dtype:
@@ -133,6 +142,8 @@ class TorchDevice(Device):
     def from_numpy(self, array: np.ndarray) -> Any:
         """A tensor holding a copy of the host data (float64 as float32 on MPS)."""
         self._require()
+        if array.dtype.name in SHELL_DTYPES:
+            self.dtype(array.dtype.name)  # (raises: torch has no arithmetic on it)
         narrower = None if self.has_float64 else NARROWER.get(array.dtype.name)
         host = np.array(array, dtype=narrower, copy=True, order="C")
         return self._torch.from_numpy(host).to(self._native)

@@ -180,3 +180,34 @@ def test_a_seed_gives_the_same_bits_on_every_device_with_jax_in_32_bit():
     out = subprocess.run([sys.executable, "-c", SAME_WEIGHTS_EVERYWHERE, "strict", "torch",
                           "jax"], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.split() == ["same"], out.stderr
+
+
+def test_constant_of_an_integer_dtype_needs_a_whole_number_in_range(device):
+    """`constant(c=300, dtype="uint8")` was [44, 44] on jax and an OverflowError or a
+    RuntimeError elsewhere; c=-1 was [255, 255] on torch and jax; NaN as int32 was INT_MIN,
+    0 or an error. Now one ValueError everywhere; a whole float (7.0) is taken."""
+    with pytest.raises(ValueError, match="constant: c must be finite, found nan"):
+        ndl.init.constant(2, c=float("nan"), device=device, dtype="int32")
+    for c, dtype in ((300, "uint8"), (-1, "uint8"), (1.5, "int32"), (2**31, "int32")):
+        with pytest.raises(ValueError, match=rf"constant: c=.* is not a whole number in the "
+                                             rf"range .* of dtype {dtype}"):
+            ndl.init.constant(2, c=c, device=device, dtype=dtype)
+    out = ndl.init.constant(2, c=7.0, device=device, dtype="int32")
+    assert out.dtype == "int32" and out.numpy().tolist() == [7, 7]
+
+
+def test_dtype_none_is_float64_on_every_device_that_has_it(device):
+    """dtype=None was float64 on cpu, strict and jax, float32 on torch (zeros, ones,
+    constant), and bool on torch for one_hot (strict crashed)."""
+    widest = "float64"
+    try:
+        device.dtype("float64")
+    except TypeError:  # (jax without x64, MPS)
+        widest = "float32"
+    for t in (ndl.init.zeros(2, device=device, dtype=None),
+              ndl.init.ones(2, device=device, dtype=None),
+              ndl.init.constant(2, c=0.5, device=device, dtype=None),
+              ndl.init.one_hot(3, np.array([0, 2]), device=device, dtype=None)):
+        assert t.dtype == widest, (t, t.dtype)
+    assert ndl.init.one_hot(3, np.array([0, 2]), device=device, dtype=None).numpy().tolist() \
+        == [[1, 0, 0], [0, 0, 1]]

@@ -302,3 +302,19 @@ def test_torch_namespaces_direct_functions_agree_with_array_api_compats():
     assert xp.matrix_transpose(x).data_ptr() == x.data_ptr()  # a view, as compat's
     with pytest.raises(ValueError, match="at least 2-dimensional"):  # compat's error
         xp.matrix_transpose(torch.ones(3))
+
+
+@pytest.mark.parametrize("dtype", ["uint16", "uint32", "uint64"])
+def test_torch_refuses_the_unsigned_dtypes_it_only_stores(dtype):
+    """torch has no addition, max or negation on uint16/32/64 (NotImplementedError at the
+    first op, where every other device computed); made on torch, they are a TypeError."""
+    d = ndl.torch()
+    if not d.enabled():
+        pytest.skip(d.unavailable_reason())
+    with pytest.raises(TypeError, match=rf"dtype {dtype}: torch has no arithmetic on it"):
+        ndl.Tensor(np.array([1, 2], dtype=dtype), device=d)
+    with pytest.raises(TypeError, match=rf"dtype {dtype}: torch has no arithmetic on it"):
+        ndl.init.zeros(2, device=d, dtype=dtype)
+    with pytest.raises(TypeError, match=rf"dtype {dtype}: torch has no arithmetic on it"):
+        ndl.Tensor(np.array([1, 2], dtype=dtype)).to(d)
+    assert (ndl.Tensor(np.array([250, 10], np.uint8), device=d) + 1).numpy().tolist() == [251, 11]

@@ -59,10 +59,37 @@ def randn(*shape: int, mean: float = 0.0, std: float = 1.0, device: Device | Non
 
 def constant(*shape: int, c: float = 1.0, device: Device | None = None, dtype: Any = "float32",
              requires_grad: bool = False) -> Tensor:
-    """A tensor filled with `c`."""
+    """A tensor filled with `c` (dtype None: float64, on every device that has it)."""
     device = device_or_default(device)
-    array = device.full(shape, c, dtype=dtype)
+    dtype = _widest_float(device) if dtype is None else dtype
+    array = device.full(shape, _fill_value(c, device, dtype), dtype=dtype)
     return _tensor(array, device, dtype, requires_grad)
+
+
+def _widest_float(device: Device) -> str:
+    """What dtype None means: numpy's float64 on every device, float32 where there is no
+    float64 (jax without x64, MPS), where each library's own default differed."""
+    try:
+        device.dtype("float64")
+    except TypeError:
+        return "float32"
+    return "float64"
+
+
+def _fill_value(c: Any, device: Device, dtype: Any) -> Any:
+    """`c` for an array of `dtype`: for an integer dtype a whole number within its range
+    (a ValueError otherwise: each library wrapped, saturated or raised in its own way)."""
+    native = device.dtype(dtype)
+    xp = device.xp
+    if isinstance(c, bool) or not xp.isdtype(native, "integral"):
+        return c
+    value = finite("constant", "c", c)
+    whole = c if isinstance(c, int) else int(value) if value == int(value) else None
+    info = xp.iinfo(native)
+    if whole is None or not info.min <= whole <= info.max:
+        raise ValueError(f"constant: c={c!r} is not a whole number in the range "
+                         f"[{info.min}, {info.max}] of dtype {dtype}")
+    return whole
 
 
 def ones(*shape: int, device: Device | None = None, dtype: Any = "float32",
@@ -88,8 +115,10 @@ def randb(*shape: int, p: float = 0.5, device: Device | None = None, dtype: Any 
 
 def one_hot(n: int, i: Any, device: Device | None = None, dtype: Any = "float32",
             requires_grad: bool = False) -> Tensor:
-    """One-hot rows of length `n` for the labels `i` (integers, or floats holding whole numbers)."""
+    """One-hot rows of length `n` for the labels `i` (integers, or floats holding whole
+    numbers); dtype None: float64, on every device that has it."""
     device = device_or_default(device)
+    dtype = _widest_float(device) if dtype is None else dtype
     if isinstance(i, Tensor):  # (as_index_array reads its array: ndl.compile, the Tensor's)
         i = i.to(device)
     elif not device.owns(i):
