@@ -41,6 +41,8 @@ BINARY = {
 
 
 def tensor(values, dtype, device, requires_grad=False):
+    if device.kind == "torch" and dtype in ("uint16", "uint32", "uint64"):
+        pytest.skip(f"torch only stores {dtype} (no arithmetic): the torch device refuses it")
     return ndl.Tensor(np.asarray(values), device=device, dtype=dtype,
                       requires_grad=requires_grad)
 
