@@ -259,3 +259,37 @@ def test_max_of_bools_is_any(device):
                           (ndl.ops.max(m, axes=(1,), keepdims=True), [[True], [False]])):
         assert out.dtype == "bool"
         np.testing.assert_array_equal(out.numpy(), expected)
+
+
+def test_bool_tensors_add_and_multiply_as_logical_or_and(device):
+    """numpy, PyTorch and jax take b + b and b * b as or and and (strict refused them)."""
+    a = tensor([True, True, False, False], "bool", device)
+    b = tensor([True, False, True, False], "bool", device)
+    for out, expected in ((a + b, [1, 1, 1, 0]), (ndl.add(a, b), [1, 1, 1, 0]),
+                          (ndl.add_n(a, b, b), [1, 1, 1, 0]), (a * b, [1, 0, 0, 0]),
+                          (ndl.multiply(a, b), [1, 0, 0, 0])):
+        assert out.dtype == "bool"
+        np.testing.assert_array_equal(out.numpy(), np.array(expected, bool))
+    pooled = ndl.ops.max_pool2d(ndl.reshape(a, (1, 1, 2, 2)), 2)  # a max of bools: any
+    assert pooled.dtype == "bool" and pooled.numpy().item() is True
+
+
+@pytest.mark.parametrize("op, fn", [
+    ("negate", lambda b: -b),
+    ("negate", lambda b: b - b),
+    ("negate", lambda b: 1 - b),
+    ("power", lambda b: b**b),
+    ("power", lambda b: ndl.power(b, b)),
+    ("relu", ndl.relu),
+    ("matmul", lambda b: ndl.reshape(b, (1, 2)) @ ndl.reshape(b, (2, 1))),
+    ("conv", lambda b: ndl.conv(ndl.reshape(b, (1, 2, 1, 1)), ndl.reshape(b[:1], (1, 1, 1, 1)))),
+    ("power_scalar", lambda b: b**-1),
+    ("power_scalar", lambda b: b**2),
+    ("power_scalar", lambda b: 2 / b),
+    ("add_scalar", lambda b: 1 + b),
+    ("divide", lambda b: b / b[:1]),
+])
+def test_other_arithmetic_on_bool_tensors_is_a_type_error_naming_the_op(op, fn, device):
+    """numpy gave int8 for b ** b, jax int32, torch and strict raw errors; -b: raw errors."""
+    with pytest.raises(TypeError, match=rf"^{op}\b.*\bbool\b"):
+        fn(tensor([True, False], "bool", device))

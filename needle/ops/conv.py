@@ -22,7 +22,7 @@ from ..autograd.tensor_tuple import TensorTupleOp
 from ..backends import namespace
 from ..kernels import ADD_TO_FRESH, SUM, Kernel
 from .axes import int_at_least
-from .dtypes import PromotingOp
+from .dtypes import PromotingOp, check_not_bool, is_bool
 from .im2col import COL2IM, _kernel, _out_size, im2col_array
 from .linalg import MATMUL
 from .movement import broadcast_to, reshape
@@ -172,6 +172,8 @@ class Conv(PromotingOp):
     def forward(self, a, b, bias=None):
         a_shape, b_shape = tuple(a.shape), tuple(b.shape)
         self._check(a_shape, b_shape)
+        if is_bool(a):  # (numpy and jax gave bools, torch and strict refused them)
+            check_not_bool("conv", a)
         if bias is not None and tuple(bias.shape) != (b_shape[3],):
             raise ValueError(f"conv: the bias must have shape ({b_shape[3]},) for weights of "
                              f"shape {b_shape}, found {tuple(bias.shape)}")

@@ -12,7 +12,9 @@ integer are a TypeError naming both dtypes: the libraries disagree there (numpy:
 int64 is float64, torch: float32, strict: an error). A Python scalar takes the tensor's
 dtype where it can (an int: any numeric tensor, a float: floating tensors) and is a
 TypeError otherwise; so is true division of integers and a floating-point function (exp,
-log, tanh, sigmoid) of an integer tensor.
+log, tanh, sigmoid) of an integer tensor. Arithmetic on bool tensors is a TypeError but
+b + b and b * b (logical or and and, as numpy and PyTorch take them); a bool sum counts in
+the default integer dtype and a bool max is a bool.
 """
 
 from __future__ import annotations
@@ -168,7 +170,7 @@ def scalar_error(op: str, a: Any, scalar: Any) -> TypeError:
     """The TypeError for a Python scalar that cannot take the tensor's dtype."""
     name = device_of(a).public_dtype(a.dtype).name
     if name == "bool":
-        why = "bool tensors take no part in arithmetic"
+        why = "bool tensors take no part in arithmetic but b + b and b * b"
     elif op == "divide" and (name in _SIGNED or name in _UNSIGNED):
         why = "true division needs a floating tensor"
     else:
@@ -200,6 +202,15 @@ def is_bool(a: Any) -> bool:
     if found is None:
         found = _bool[key] = namespace(a).isdtype(dtype, "bool")
     return found
+
+
+def check_not_bool(op: str, *arrays: Any) -> None:
+    """TypeError naming `op` where one of `arrays` holds bools: bool tensors take no part in
+    arithmetic but b + b and b * b (logical or and and, as in numpy and PyTorch)."""
+    if any(is_bool(a) for a in arrays):
+        raise TypeError(f"{op}: got a tensor of dtype bool: bool tensors take no part in "
+                        "arithmetic but b + b and b * b (logical or, and); convert it first, "
+                        "e.g. with ndl.ops.astype(x, \"int64\")")
 
 
 def default_int(a: Any) -> Any:

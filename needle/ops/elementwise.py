@@ -10,6 +10,8 @@ from ..backends import device_of, namespace
 from ..kernels import ADD_TO_FRESH, Kernel
 from .dtypes import (
     PromotingOp,
+    check_not_bool,
+    is_bool,
     kind_name,
     promote,
 )
@@ -50,7 +52,7 @@ def check_broadcast(op: str, a: Any, b: Any) -> None:
 
 
 class EWiseAdd(TensorOp):
-    """a + b."""
+    """a + b (of bools: logical or)."""
 
     def __call__(self, a: Tensor, b: Tensor) -> Tensor:
         return Tensor.make_from_op(self, _promoted("add", a, b))
@@ -58,7 +60,12 @@ class EWiseAdd(TensorOp):
     def compute(self, a, b):
         if a.shape != b.shape:  # (inline: the equal-shape case is the hot one)
             check_broadcast("add", a, b)
-        return a + b
+        try:
+            return a + b
+        except TypeError:  # strict refuses bools: logical or, numpy's, torch's and jax's b + b
+            if not (is_bool(a) and is_bool(b)):
+                raise
+            return namespace(a).logical_or(a, b)
 
     def gradient(self, out_grad, node):
         a, b = node.inputs
@@ -101,7 +108,17 @@ class AddN(TensorOp):
     input's dtype, so it leaves promotion to `add_n`)."""
 
     def compute(self, *arrays):
-        return ADD_N(*arrays) if len(arrays) > 1 else arrays[0]
+        if len(arrays) == 1:
+            return arrays[0]
+        try:
+            return ADD_N(*arrays)
+        except TypeError:  # strict refuses bools: logical or, as EWiseAdd
+            if not all(is_bool(a) for a in arrays):
+                raise
+            out, xp = arrays[0], namespace(arrays[0])
+            for a in arrays[1:]:
+                out = xp.logical_or(out, a)
+            return out
 
     def gradient(self, out_grad, node):
         return tuple(unbroadcast(out_grad, x) if need else None
@@ -168,7 +185,7 @@ def scale_shift(x: Tensor, w: Tensor, b: Tensor, axis: int | None = None) -> Ten
 
 
 class EWiseMul(TensorOp):
-    """a * b."""
+    """a * b (of bools: logical and)."""
 
     def __call__(self, a: Tensor, b: Tensor) -> Tensor:
         return Tensor.make_from_op(self, _promoted("multiply", a, b))
@@ -176,7 +193,12 @@ class EWiseMul(TensorOp):
     def compute(self, a, b):
         if a.shape != b.shape:  # (inline: the equal-shape case is the hot one)
             check_broadcast("multiply", a, b)
-        return a * b
+        try:
+            return a * b
+        except TypeError:  # strict refuses bools: logical and, as the others take b * b
+            if not (is_bool(a) and is_bool(b)):
+                raise
+            return namespace(a).logical_and(a, b)
 
     def gradient(self, out_grad, node):
         a, b = node.inputs
@@ -202,7 +224,14 @@ class EWisePow(PromotingOp):
     def compute(self, a, b):
         check_broadcast("power", a, b)
         check_int_exponents("power", b)
-        return namespace(a).pow(a, b)
+        try:
+            out = namespace(a).pow(a, b)
+        except (TypeError, NotImplementedError):  # strict's and torch's bools
+            check_not_bool("power", a, b)
+            raise
+        if out.dtype is not a.dtype:  # bools: int8 on numpy, int32 on jax
+            check_not_bool("power", a, b)
+        return out
 
     def gradient(self, out_grad, node):
         # d/da a^b = b a^(b-1);  d/db a^b = a^b log a. Where a == 0 both would be 0 * inf
@@ -268,7 +297,11 @@ class Negate(TensorOp):
     """-a."""
 
     def compute(self, a):
-        return -a
+        try:
+            return -a
+        except (TypeError, RuntimeError):  # bools (torch: RuntimeError)
+            check_not_bool("negate (in -x and in a - x)", a)
+            raise
 
     def gradient(self, out_grad, node):
         return -out_grad

@@ -7,7 +7,7 @@ from typing import Any
 from ..autograd.tensor import Tensor
 from ..backends import namespace
 from ..kernels import ADD_TO_FRESH, Kernel
-from .dtypes import PromotingOp
+from .dtypes import PromotingOp, check_not_bool, is_bool
 from .elementwise import check_broadcast
 from .movement import reshape, sum_to_shape
 
@@ -43,6 +43,8 @@ class MatMul(PromotingOp):
             if m != n and m != 1 and n != 1:
                 raise ValueError(f"matmul: the batch dimensions of shapes {tuple(a.shape)} and "
                                  f"{tuple(b.shape)} do not broadcast")
+        if is_bool(a):  # (numpy and jax gave bools, torch and strict refused them)
+            check_not_bool("matmul", a)
         xp = namespace(a)
         if self.transpose_a:
             a = xp.matrix_transpose(a)

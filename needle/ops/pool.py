@@ -14,7 +14,7 @@ from ..autograd.graph import array_function, array_of
 from ..autograd.tensor import Tensor, TensorOp, constant_like
 from ..backends import namespace
 from .axes import int_at_least
-from .dtypes import check_floating
+from .dtypes import check_floating, is_bool
 from .movement import broadcast_to, reshape
 from .windows import add_windows, window_slices
 
@@ -51,16 +51,18 @@ def _windows(k: int, s: int, ho: int, wo: int) -> list[tuple]:
 
 
 class MaxPool2dOp(TensorOp):
-    """Max over each k x k window of an NCHW tensor; tied maxima share a window's adjoint."""
+    """Max over each k x k window of an NCHW tensor (of bools: any); tied maxima share a
+    window's adjoint."""
 
     def __init__(self, kernel_size: int, stride: int | None = None):
         self.kernel_size, self.stride = _kernel_stride("max_pool2d", kernel_size, stride)
 
     def compute(self, a):
         xp, k, s = namespace(a), self.kernel_size, self.stride
+        larger = xp.logical_or if is_bool(a) else xp.maximum  # (strict's maximum takes no bools)
         out = None
         for index in _windows(k, s, *_out_hw("max_pool2d", a.shape, k, s)):
-            out = a[index] if out is None else xp.maximum(out, a[index])
+            out = a[index] if out is None else larger(out, a[index])
         return out
 
     def gradient(self, out_grad, node):

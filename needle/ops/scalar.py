@@ -9,7 +9,7 @@ from ..autograd.graph import array_function, array_of
 from ..autograd.tensor import Tensor, TensorOp, constant_like
 from ..backend_ndarray import unwrap
 from ..backends import device_of, namespace
-from .dtypes import check_scalar_result, scalar_error
+from .dtypes import check_scalar_result, is_bool, scalar_error
 
 
 def as_scalar(value: Any, op: str = "scalar op") -> int | float | bool:
@@ -177,10 +177,15 @@ class PowerScalar(TensorOp):
         scalar = self.scalar
         if scalar.__class__ is int and scalar < 0 and int_range(a) is not None:
             raise negative_power_error(a, scalar)
+        operand = int_operand("power_scalar", a, scalar)
         try:
-            out = a ** int_operand("power_scalar", a, scalar)
+            out = a ** operand
         except TypeError:  # strict refuses what the others promote
             raise scalar_error("power_scalar", a, self.scalar) from None
+        except (ValueError, RuntimeError):  # numpy's and torch's bools to negative powers
+            if is_bool(a):
+                raise scalar_error("power_scalar", a, self.scalar) from None
+            raise
         if out.dtype is not a.dtype:
             check_scalar_result("power_scalar", a, self.scalar, out)
         return out

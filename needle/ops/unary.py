@@ -7,7 +7,7 @@ from typing import Any
 from ..autograd.tensor import Tensor, TensorOp
 from ..backends import namespace
 from ..kernels import Kernel
-from .dtypes import floating_only
+from .dtypes import check_not_bool, floating_only
 
 
 class Log(TensorOp):
@@ -53,7 +53,14 @@ class ReLU(TensorOp):
     """max(a, 0)."""
 
     def compute(self, a):
-        return RELU(a)
+        try:
+            out = RELU(a)
+        except TypeError:  # strict's bools
+            check_not_bool("relu", a)
+            raise
+        if out.dtype is not a.dtype:  # bools: int64 on numpy, torch and jax
+            check_not_bool("relu", a)
+        return out
 
     def gradient(self, out_grad, node):
         return ReLUGrad()(out_grad, node.inputs[0])
