@@ -197,11 +197,12 @@ class PowerScalar(TensorOp):
         return out_grad * self.scalar * a ** (self.scalar - 1)
 
 
-def negative_power_error(a: Any, scalar: int) -> TypeError:
-    """The TypeError for an integer tensor to a negative int power (numpy raises ValueError,
-    torch RuntimeError); `c / x` meets it too, as c * x ** -1."""
+def negative_power_error(a: Any, scalar: int) -> ValueError:
+    """The ValueError for an integer tensor to a negative int power, numpy's (torch raises
+    RuntimeError, jax gave 2 ** -1 = 0), as check_int_exponents; `c / x` meets it too, as
+    c * x ** -1."""
     name = device_of(a).public_dtype(a.dtype).name
-    return TypeError(f"power_scalar: the {name} tensor to the negative power {scalar}: "
+    return ValueError(f"power_scalar: the {name} tensor to the negative power {scalar}: "
                      "integers to negative integer powers are not allowed (the results are "
                      "fractions), nor is `c / x` (computed as c * x ** -1: true division "
                      "needs a floating tensor); convert the tensor first, e.g. with "
