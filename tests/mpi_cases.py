@@ -107,6 +107,32 @@ def parity() -> None:
         print(f"rank {r} ok {name} relative difference {worst:.2e}")
 
 
+def jax() -> None:
+    """SGD on jax (immutable arrays): small gradients (a flat array) and a big one (its own),
+    2 ranks on batch b each == one process on batch 2b."""
+    r, w = dist.rank(), dist.world_size()
+    device, nn = ndl.jax(), ndl.nn
+    rng = np.random.RandomState(5)
+    data = [(rng.randn(8, 6), rng.randint(0, 4, 8)) for _ in range(3)]
+    results = []
+    for shard, world in (([(x[r::w], y[r::w]) for x, y in data], True), (data, False)):
+        np.random.seed(r if world else 0)
+        model = nn.Sequential(nn.Linear(6, 200, device=device), nn.ReLU(),
+                              nn.Linear(200, 200, device=device), nn.Linear(200, 4, device=device))
+        opt = ndl.optim.SGD(model.parameters(), lr=0.1)
+        if world:
+            opt = dist.distributed_optimizer(opt, module=model)
+        for x, y in shard:
+            opt.reset_grad()
+            ndl.nn.SoftmaxLoss()(model(ndl.Tensor(x, device=device, dtype="float32")),
+                                 ndl.Tensor(y, device=device)).backward()
+            opt.step()
+        results.append([p.numpy() for p in model.parameters()])
+    worst = max(float(np.linalg.norm(g - e) / np.linalg.norm(e)) for g, e in zip(*results))
+    assert worst <= 1e-6, worst
+    print(f"rank {r} ok jax")
+
+
 def shared() -> None:
     """Gradients that share memory (one array for two parameters, overlapping views) are
     averaged once each, big and small alike."""
@@ -182,4 +208,4 @@ if __name__ == "__main__":
     if case != "fault":
         dist.init()
     {"collectives": collectives, "parity": parity, "shared": shared, "compiled": compiled,
-     "fault": fault}[case]()
+     "fault": fault, "jax": jax}[case]()

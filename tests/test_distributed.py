@@ -299,6 +299,14 @@ def test_a_compiled_step_replays_the_averaging_of_the_gradients():
 
 
 @needs_mpiexec
+def test_jax_gradients_small_and_big_are_averaged():
+    if not ndl.jax().enabled():
+        pytest.skip(ndl.jax().unavailable_reason())
+    lines = _ok_lines(mpiexec([str(HERE / "mpi_cases.py"), "jax"], timeout=120))
+    assert sorted(lines) == ["rank 0 ok jax", "rank 1 ok jax"], lines
+
+
+@needs_mpiexec
 def test_gradients_that_share_memory_are_averaged_once():
     lines = _ok_lines(mpiexec([str(HERE / "mpi_cases.py"), "shared"], timeout=120))
     assert sorted(lines) == ["rank 0 ok shared gradients", "rank 1 ok shared gradients"], lines

@@ -17,6 +17,7 @@ from ..autograd import Tensor
 from ..autograd.graph import replayed
 from ..nn import Module
 from ..optim import Optimizer
+from ..optim.flat import FLAT_CONCAT
 from . import comm
 from .mpi_buffers import dtype_of, may_overlap
 
@@ -47,15 +48,6 @@ def average_buffers(module: Module) -> None:
             comm.broadcast(tensor, root=0)
 
 
-class _Bucket:
-    """A persistent flat array for one (device, dtype) group of small gradients, and where
-    each parameter's gradient lies in it."""
-
-    def __init__(self, device: Any, dtype: Any, layout: tuple[tuple[int, tuple], ...]):
-        self.layout = layout  # (parameter index, shape) in order
-        self.flat = device.empty((sum(math.prod(shape) for _, shape in layout),), dtype=dtype)
-
-
 class DistributedOptimizer:
     """`optimizer` whose step() first averages every gradient over the ranks.
 
@@ -63,7 +55,7 @@ class DistributedOptimizer:
     param_groups of a subclass...) is the wrapped optimizer's, read and written through.
     """
 
-    _own = ("optimizer", "module", "_buckets")
+    _own = ("optimizer", "module")
 
     def __init__(self, optimizer: Optimizer, module: Module | None = None):
         if not isinstance(optimizer, Optimizer):
@@ -71,7 +63,6 @@ class DistributedOptimizer:
                             f"{type(optimizer).__name__}")
         object.__setattr__(self, "optimizer", optimizer)
         object.__setattr__(self, "module", module)
-        object.__setattr__(self, "_buckets", {})  # (device, dtype) -> _Bucket
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.optimizer, name)
@@ -94,7 +85,7 @@ class DistributedOptimizer:
         Gradients above the optimizer's `flat_max_size` are reduced in place in their own
         arrays (no packing copy: they are large messages already; an array two parameters
         share is reduced once, one that overlaps another is copied first); the small ones
-        are packed into one flat bucket per device and dtype. Each array is summed by a
+        are concatenated into one flat array per device and dtype. Each array is summed by a
         blocking in-place Allreduce and scaled by 1/N at once, while it is still in cache. The
         ranks check first, in one small collective, that they hold the same gradients (which
         parameters, shapes, dtypes): otherwise a ValueError on every rank.
@@ -107,14 +98,12 @@ class DistributedOptimizer:
         for indices, grad in big:
             mean = comm.mean_in_place(grad)  # once, however many parameters share it
             self._set_grads([(i, mean) for i in indices])
-        for (device, dtype), grads in small.items():
-            bucket = self._bucket(device, dtype, grads)
-            start = 0
-            for (_, g), (_, shape) in zip(grads, bucket.layout):
-                end = start + math.prod(shape)
-                bucket.flat[start:end] = device.xp.reshape(g, (-1,))
-                start = end
-            self._set_grads(_views(bucket.layout, comm.mean_in_place(bucket.flat), device.xp))
+        for (device, _), grads in small.items():
+            # a fresh flat array (immutable jax arrays cannot be written into a kept one;
+            # the concatenation measured no slower than filling one on cpu)
+            flat = FLAT_CONCAT([g for _, g in grads])
+            layout = [(i, tuple(g.shape)) for i, g in grads]
+            self._set_grads(_views(layout, comm.mean_in_place(flat), device.xp))
 
     def _set_grads(self, pairs: list[tuple[int, Any]]) -> None:
         """Make each (parameter index, array) pair's array that parameter's gradient."""
@@ -147,19 +136,11 @@ class DistributedOptimizer:
                 big[id(g)] = ([i], g)
         return list(big.values()), small, tuple(signature)
 
-    def _bucket(self, device: Any, dtype: Any, grads: list) -> _Bucket:
-        """The group's persistent bucket, rebuilt when its parameters or shapes changed."""
-        layout = tuple((i, tuple(g.shape)) for i, g in grads)
-        bucket = self._buckets.get((device, dtype))
-        if bucket is None or bucket.layout != layout:
-            bucket = self._buckets[(device, dtype)] = _Bucket(device, dtype, layout)
-        return bucket
-
     def __repr__(self) -> str:
         return f"distributed_optimizer({self.optimizer!r})"
 
 
-def _views(layout: tuple, flat: Any, xp: Any) -> list[tuple[int, Any]]:
+def _views(layout: list, flat: Any, xp: Any) -> list[tuple[int, Any]]:
     """(parameter index, its gradient's view of the bucket's flat array)."""
     views, start = [], 0
     for i, shape in layout:
