@@ -921,3 +921,20 @@ def _same_gradients_with_and_without_a_graph(case: Case, device):
         if raw is not None:
             assert raw.dtype == recorded.dtype and raw.shape == recorded.shape
             np.testing.assert_array_equal(raw, recorded)
+
+
+@pytest.mark.parametrize("step", [3, 4, 2**31, 2**63 - 1, 2**63, -5, -(2**63)])
+def test_slice_steps_beyond_the_axis_pick_as_numpy_does(step, device):
+    """t[::2**63] was empty on torch and an MLIR TypeError on jax, and gradients through
+    steps of 2**31 and more an OverflowError on jax: every device now gives numpy's."""
+    data = np.arange(8.0).reshape(2, 4)
+    x = ndl.Tensor(data, device=device, dtype="float64", requires_grad=True)
+    for index in ((slice(None), slice(1, None, step)), (1, slice(None, None, step))):
+        out = x[index]
+        assert out.shape == data[index].shape
+        np.testing.assert_array_equal(out.numpy(), data[index])
+        x.grad = None
+        out.sum().backward()
+        expected = np.zeros_like(data)
+        expected[index] = 1
+        np.testing.assert_array_equal(x.grad.numpy(), expected)

@@ -301,9 +301,11 @@ def normalize_index(index: Any, shape: tuple) -> tuple:
 
 def _clip_slice(item: slice, size: int) -> slice:
     """A forward slice with its bounds clipped to an axis of `size`, as numpy takes them
-    (strict refuses bounds outside the axis); negative-step slices are `forward_steps`'s."""
+    (strict refuses bounds outside the axis), and its step to the axis length (the same
+    entries: torch and jax broke on steps of 2**31 and more); negative-step slices are
+    `forward_steps`'s."""
     start, stop, step = item.indices(size)
-    return slice(start, max(start, stop), step)
+    return slice(start, max(start, stop), min(step, max(size, 1)))
 
 
 def write_at(xp: Any, out: Any, index: tuple, value: Any, add: bool = False) -> Any:
@@ -320,13 +322,15 @@ def write_at(xp: Any, out: Any, index: tuple, value: Any, add: bool = False) -> 
 
 def forward_steps(index: tuple, shape: tuple) -> tuple[tuple, tuple[int, ...]]:
     """A normalized index with every negative-step slice made positive, and the axes of the
-    result to flip after indexing with it (torch has no negative steps)."""
+    result to flip after indexing with it (torch has no negative steps); steps are clipped to
+    the axis length, as `_clip_slice` clips them."""
     out, flips, axis = [], [], 0
     for item, size in zip(index, shape):
         if isinstance(item, slice):
             if item.step is not None and item.step < 0:
                 picked = range(*item.indices(size))
-                item = slice(picked[-1], picked[0] + 1, -item.step) if picked else slice(0, 0)
+                item = (slice(picked[-1], picked[0] + 1, min(-item.step, size)) if picked
+                        else slice(0, 0))
                 flips.append(axis)
             axis += 1
         out.append(item)
