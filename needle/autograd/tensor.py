@@ -278,6 +278,10 @@ class Tensor(Value):
         array = self._array_operand(other)
         if array is not None:
             return array / self
+        if self.dtype.kind in "iu":  # (not the negative power it is computed as)
+            raise TypeError(f"divide: the scalar {other!r} over a tensor of dtype {self.dtype}: "
+                            "true division needs a floating tensor; convert it first, e.g. "
+                            "with ndl.ops.astype(x, \"float32\")")
         return _ops.MulScalar(other)(_ops.PowerScalar(-1)(self))
 
     def __pow__(self, other: Any) -> Tensor:
