@@ -7,6 +7,7 @@ by the test's timeout, a non-zero exit) fails the test.
 from __future__ import annotations
 
 import sys
+import time
 
 import numpy as np
 
@@ -184,6 +185,28 @@ def compiled() -> None:
     print(f"rank {r} ok compiled")
 
 
+def exits() -> None:
+    """Rank 1 leaves early (`exit0`, `exit3`: sys.exit in training; `barrier`: while rank 0
+    waits in barrier()), or both end normally at different times without finalize() (`end`)."""
+    r, mode = dist.rank(), sys.argv[2]
+    model = ndl.nn.Linear(4, 2)
+    opt = dist.distributed_optimizer(ndl.optim.SGD(model.parameters(), lr=0.1), module=model)
+    if mode == "barrier":
+        if r == 1:
+            sys.exit(0)
+        dist.barrier()
+    for i in range(4):
+        opt.reset_grad()
+        model(ndl.Tensor(np.ones((3, 4)), dtype="float32")).sum().backward()
+        if r == 1 and mode in ("exit0", "exit3") and i == 2:
+            sys.exit(int(mode[-1]))
+        opt.step()
+    print(f"rank {r} ok {mode}", flush=True)
+    if r == 1:
+        sys.exit(0)  # at the end, as a script that ends with sys.exit(main())
+    time.sleep(1)  # rank 1 has long left: its exit did not end this rank
+
+
 def fault() -> None:
     """needle-train --distributed whose rank 1 raises after step 5 of epoch 2."""
     from needle.apps import train
@@ -208,4 +231,4 @@ if __name__ == "__main__":
     if case != "fault":
         dist.init()
     {"collectives": collectives, "parity": parity, "shared": shared, "compiled": compiled,
-     "fault": fault, "jax": jax}[case]()
+     "fault": fault, "jax": jax, "exit": exits}[case]()

@@ -329,6 +329,20 @@ def test_a_failing_rank_ends_the_job_and_leaves_the_last_checkpoint(tmp_path):
 
 
 @needs_mpiexec
+@pytest.mark.parametrize("mode", ["exit0", "exit3", "barrier"])
+def test_a_rank_that_exits_early_ends_the_job(mode):
+    out = mpiexec([str(HERE / "mpi_cases.py"), "exit", mode], timeout=60)  # a hang fails here
+    assert out.returncode != 0 and "rank 1 of 2 exited while another rank waits" in out.stderr, (
+        out.stdout + out.stderr)
+
+
+@needs_mpiexec
+def test_ranks_that_end_at_different_times_without_finalize_end_cleanly():
+    lines = _ok_lines(mpiexec([str(HERE / "mpi_cases.py"), "exit", "end"], timeout=60))
+    assert sorted(lines) == ["rank 0 ok end", "rank 1 ok end"], lines
+
+
+@needs_mpiexec
 def test_a_resumed_two_rank_run_is_the_uninterrupted_one(tmp_path):
     train = ["-m", "needle.apps.train", "--epochs", "2", "--hidden-dim", "16", "--batch-size",
              "500", "--quiet", "--distributed"]

@@ -9,6 +9,7 @@ dtypes, the staging) lives in mpi_buffers.py, the one file here that knows numpy
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
@@ -34,6 +35,7 @@ class _World:
     cuda_aware: bool = False
     staging: HostStaging | None = None
     excepthook: Any = None  # the hook init() replaced, restored by finalize()
+    pid: int = 0  # the process that called init() (a forked child's exit is not a rank's)
 
 
 def install_hint() -> str:
@@ -79,7 +81,8 @@ def init(abort_on_error: bool = True) -> None:
     """Join the MPI world (a world of one outside `mpiexec`); a second call does nothing.
 
     With `abort_on_error`, an uncaught exception on any rank prints its traceback and aborts
-    the whole job (MPI_Abort), so the other ranks do not wait forever in a collective.
+    the whole job (MPI_Abort), and so does a rank that exits (sys.exit) before finalize()
+    while another rank waits in a collective, so the others do not wait forever.
     """
     if _World.comm is not None:
         return
@@ -89,6 +92,8 @@ def init(abort_on_error: bool = True) -> None:
     if abort_on_error and _World.comm.Get_size() > 1:
         _World.excepthook = sys.excepthook
         sys.excepthook = _abort_on_uncaught
+        _World.pid = os.getpid()
+        atexit.register(_check_exit)
 
 
 def _query_cuda_aware(MPI: Any, comm: Any = None) -> bool:
@@ -119,6 +124,22 @@ def _abort_on_uncaught(kind, value, tb) -> None:
     (_World.excepthook or sys.__excepthook__)(kind, value, tb)
     sys.stderr.flush()
     abort(1)
+
+
+def _check_exit() -> None:
+    """At interpreter exit before finalize(): every rank must be exiting too. The exit's
+    agreement check meets a rank still in a collective (every one here starts with
+    check_agreement) as a disagreement: then this rank aborts the job, where it would
+    otherwise leave that rank waiting forever (a normal end: all ranks agree, nothing else)."""
+    if _World.comm is None or os.getpid() != _World.pid:
+        return
+    try:
+        check_agreement("exit", ("exiting before finalize()",))
+    except ValueError as e:
+        sys.stdout.flush()
+        print(f"needle.distributed: rank {rank()} of {world_size()} exited while another rank "
+              f"waits in a collective; aborting the job ({e})", file=sys.__stderr__, flush=True)
+        abort(1)
 
 
 def abort(status: int = 1) -> None:
@@ -160,8 +181,9 @@ def ranks_on_this_host() -> int:
 
 
 def barrier() -> None:
-    """Wait until every rank has called barrier()."""
-    _comm().Barrier()
+    """Wait until every rank has called barrier() (an agreement check: a rank in another
+    collective is a ValueError, not a hang)."""
+    check_agreement("barrier", ("barrier",))
 
 
 def finalize() -> None:
@@ -170,6 +192,7 @@ def finalize() -> None:
     if _World.comm is None:
         return
     _World.comm.Free()
+    atexit.unregister(_check_exit)
     if _World.excepthook is not None:
         sys.excepthook, _World.excepthook = _World.excepthook, None
     _World.comm, _World.staging = None, None
@@ -177,11 +200,13 @@ def finalize() -> None:
 
 def all_gather_object(obj: Any) -> list[Any]:
     """[obj of rank 0, obj of rank 1, ...] on every rank: small Python values (pickled)."""
+    check_agreement("all_gather_object", ("all_gather_object",))
     return _comm().allgather(obj)
 
 
 def broadcast_object(obj: Any, root: int = 0) -> Any:
     """Rank `root`'s `obj` on every rank (small Python values, pickled)."""
+    check_agreement("broadcast_object", ("broadcast_object", root))
     return _comm().bcast(obj, root=root)
 
 
