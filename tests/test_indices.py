@@ -33,6 +33,8 @@ def test_as_index_array_names_the_first_bad_value(values, message, device):
 
 @pytest.mark.parametrize("dtype", ["uint64", "uint32"])
 def test_large_unsigned_ids_are_reported_as_given_not_wrapped(dtype, device):
+    if device.kind == "torch":
+        pytest.skip(f"torch only stores {dtype} (no arithmetic): the torch device refuses it")
     big = int(np.iinfo(dtype).max)  # negative once cast to the signed index dtype
     ids = device.asarray(np.array([1, big], dtype=dtype))
     given = int(device.to_numpy(ids)[1])  # jax without 64-bit holds uint64 as uint32
