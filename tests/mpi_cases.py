@@ -207,6 +207,44 @@ def exits() -> None:
     time.sleep(1)  # rank 1 has long left: its exit did not end this rank
 
 
+def clip() -> None:
+    """clip_grad_norm_ before opt.step() clips the gradients averaged over the ranks: the same
+    numbers as allreduce_gradients() first, and as one process on the global batch; compiled
+    as eager."""
+    r, w = dist.rank(), dist.world_size()
+    rng = np.random.RandomState(0)
+    data = [(rng.randn(8, 20) * 5, rng.randint(0, 10, 8)) for _ in range(5)]
+    loss_fn = ndl.nn.SoftmaxLoss()
+    results = {}
+    for how in ("idiom", "explicit", "compiled", "single"):
+        model = _mlp(seed=r if how != "single" else 0)
+        opt = ndl.optim.SGD(model.parameters(), lr=0.5)
+        if how != "single":
+            opt = dist.distributed_optimizer(opt, module=model)
+
+        def step(x, y, model=model, opt=opt, how=how):
+            opt.reset_grad()
+            loss_fn(model(x), y).backward()
+            if how == "explicit":
+                opt.allreduce_gradients()
+            norm = ndl.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
+            opt.step()
+            return norm
+
+        run = ndl.compile(step) if how == "compiled" else step
+        batches = data if how == "single" else [(x[r::w], y[r::w]) for x, y in data]
+        norms = [float(run(ndl.Tensor(x, dtype="float32", requires_grad=False),
+                           ndl.Tensor(y, requires_grad=False)).numpy()) for x, y in batches]
+        assert min(norms) > 0.1, norms  # every step clipped
+        results[how] = norms + [p.numpy() for p in model.parameters()]
+    for how in ("explicit", "compiled"):
+        assert all(np.array_equal(a, b) for a, b in zip(results["idiom"], results[how])), how
+    got, want = results["idiom"], results["single"]
+    worst = max(float(np.linalg.norm(g - e) / np.linalg.norm(e)) for g, e in zip(got, want))
+    assert worst <= 1e-6, worst
+    print(f"rank {r} ok clip {worst:.1e}")
+
+
 def fault() -> None:
     """needle-train --distributed whose rank 1 raises after step 5 of epoch 2."""
     from needle.apps import train
@@ -231,4 +269,5 @@ if __name__ == "__main__":
     if case != "fault":
         dist.init()
     {"collectives": collectives, "parity": parity, "shared": shared, "compiled": compiled,
-     "fault": fault, "jax": jax, "exit": exits}[case]()
+     "fault": fault, "jax": jax, "exit": exits,
+     "clip": clip}[case]()

@@ -307,6 +307,12 @@ def test_jax_gradients_small_and_big_are_averaged():
 
 
 @needs_mpiexec
+def test_clip_grad_norm_clips_the_averaged_gradients():
+    lines = _ok_lines(mpiexec([str(HERE / "mpi_cases.py"), "clip"], timeout=120))
+    assert sorted(line.split(" clip")[0] for line in lines) == ["rank 0 ok", "rank 1 ok"], lines
+
+
+@needs_mpiexec
 def test_gradients_that_share_memory_are_averaged_once():
     lines = _ok_lines(mpiexec([str(HERE / "mpi_cases.py"), "shared"], timeout=120))
     assert sorted(lines) == ["rank 0 ok shared gradients", "rank 1 ok shared gradients"], lines

@@ -10,7 +10,9 @@ ordinary Module (its state_dict keys, its checkpoints and the training loop are 
 
 from __future__ import annotations
 
+import itertools
 import math
+import weakref
 from typing import Any
 
 from ..autograd import Tensor
@@ -20,6 +22,10 @@ from ..optim import Optimizer
 from ..optim.flat import FLAT_CONCAT
 from . import comm
 from .mpi_buffers import dtype_of, may_overlap
+
+#: the live DistributedOptimizers by creation order: clip_grad_norm_ averages their gradients
+WRAPPERS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_SERIAL = itertools.count()
 
 
 def broadcast_module(module: Module, root: int = 0) -> None:
@@ -55,7 +61,7 @@ class DistributedOptimizer:
     param_groups of a subclass...) is the wrapped optimizer's, read and written through.
     """
 
-    _own = ("optimizer", "module")
+    _own = ("optimizer", "module", "_averaged")
 
     def __init__(self, optimizer: Optimizer, module: Module | None = None):
         if not isinstance(optimizer, Optimizer):
@@ -63,6 +69,8 @@ class DistributedOptimizer:
                             f"{type(optimizer).__name__}")
         object.__setattr__(self, "optimizer", optimizer)
         object.__setattr__(self, "module", module)
+        object.__setattr__(self, "_averaged", None)  # the grads averaging (or clipping) left
+        WRAPPERS[next(_SERIAL)] = self
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.optimizer, name)
@@ -75,9 +83,24 @@ class DistributedOptimizer:
 
     @replayed  # ndl.compile replays the whole of it: the averaging too
     def step(self) -> None:
-        """Average the gradients over all ranks, then update as the wrapped optimizer does."""
-        self.allreduce_gradients()
+        """Average the gradients over all ranks (unless allreduce_gradients or clip_grad_norm_
+        did since they were computed), then update as the wrapped optimizer does."""
+        if comm.world_size() > 1:
+            if self.averaged():  # the ranks must all skip it: a check instead of the averaging
+                comm.check_agreement("distributed_optimizer.step", ("averaged before step()",))
+            else:
+                self.allreduce_gradients()
+        self._averaged = None
         self.optimizer.step()
+
+    def averaged(self) -> bool:
+        """True while every grad is the one allreduce_gradients (or a clipping after it) left."""
+        done = self._averaged
+        return done is not None and all(g is p.grad for g, p in zip(done, self.params))
+
+    def mark_averaged(self) -> None:
+        """Record the current grads as averaged (step() then does not average them again)."""
+        self._averaged = [p.grad for p in self.params]
 
     def allreduce_gradients(self) -> None:
         """Replace every parameter's grad by its mean over the ranks.
@@ -104,6 +127,7 @@ class DistributedOptimizer:
             flat = FLAT_CONCAT([g for _, g in grads])
             layout = [(i, tuple(g.shape)) for i, g in grads]
             self._set_grads(_views(layout, comm.mean_in_place(flat), device.xp))
+        self.mark_averaged()
 
     def _set_grads(self, pairs: list[tuple[int, Any]]) -> None:
         """Make each (parameter index, array) pair's array that parameter's gradient."""
@@ -138,6 +162,18 @@ class DistributedOptimizer:
 
     def __repr__(self) -> str:
         return f"distributed_optimizer({self.optimizer!r})"
+
+
+def average_for_clipping(params: list) -> list[DistributedOptimizer]:
+    """The distributed optimizers holding any of `params`, each with its gradients averaged
+    (unless they are already): clip_grad_norm_ then clips the averaged gradients, as DDP does,
+    and calls their mark_averaged()."""
+    ids = {id(p) for p in params}
+    owners = [w for _, w in sorted(WRAPPERS.items()) if any(id(p) in ids for p in w.params)]
+    for owner in owners:
+        if not owner.averaged():
+            owner.allreduce_gradients()
+    return owners
 
 
 def _views(layout: list, flat: Any, xp: Any) -> list[tuple[int, Any]]:

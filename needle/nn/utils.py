@@ -25,14 +25,19 @@ def clip_grad_norm_(parameters: Tensor | Iterable[Tensor], max_norm: float,
     factor is computed and applied on the device, so every grad is multiplied (by exactly 1.0
     when the norm is below `max_norm`). Each grad is replaced by a new constant tensor (a grad
     may be shared between parameters or belong to a recorded graph, so it is never changed in
-    place). Gradients on several devices are combined through the host.
+    place). Gradients on several devices are combined through the host. Parameters of a
+    needle.distributed optimizer have their gradients averaged over the ranks first (its
+    step() then does not average them again), so every rank clips the same mean gradient.
     """
+    from ..distributed import parallel
+
     if isinstance(parameters, Tensor):
         parameters = [parameters]
     params = [p for p in parameters if p.grad is not None]
     max_norm, p = float(max_norm), float(norm_type)
     if not params:
         return Tensor(0.0, dtype="float32", requires_grad=False)
+    owners = parallel.average_for_clipping(params) if parallel.WRAPPERS else ()
     by_device: dict = {}  # one stacked reduction per device
     for param in params:
         grad = param.grad
@@ -64,4 +69,6 @@ def clip_grad_norm_(parameters: Tensor | Iterable[Tensor], max_norm: float,
             factor = grad.device.xp.astype(factors[grad.device], data.dtype)
             new = scaled[id(grad)] = Tensor.make_const(data * factor, device=grad.device)
         param.grad = new
+    for owner in owners:
+        owner.mark_averaged()
     return Tensor.make_const(totals[first], device=first)
