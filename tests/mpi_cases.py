@@ -62,6 +62,41 @@ def collectives() -> None:
     dist.barrier()  # the world still works after the errors
 
 
+def optimizers() -> None:
+    """distributed_optimizer refuses optimizers that differ between the ranks, naming what."""
+    r = dist.rank()
+
+    def trained(make, steps: int, skip_first: bool = False):
+        model = ndl.nn.Sequential(ndl.nn.Linear(3, 2), ndl.nn.Linear(2, 2))
+        opt = make(model.parameters())
+        for k in range(steps):  # local steps, as a checkpoint loaded on one rank would give
+            opt.reset_grad()
+            model(ndl.Tensor(np.ones((2, 3)), dtype="float32")).sum().backward()
+            if skip_first and k == 0:
+                model.parameters()[0].grad = None
+            opt.step()
+        return opt
+
+    adam = ndl.optim.Adam
+    for name, make, steps, skip in [
+        ("optimizer", adam if r else ndl.optim.SGD, 0, False),
+        ("lr", lambda ps: adam(ps, lr=0.01 * (r + 1)), 0, False),
+        ("t", adam, 2 * r, False),  # rank 1 alone resumed: t, steps and state differ
+        ("steps", adam, 2, r == 1),  # the same t and state, not the same counts
+    ]:
+        opt = trained(make, steps, skip)
+        try:
+            dist.distributed_optimizer(opt)
+        except ValueError as e:
+            assert "ranks disagree" in str(e) and f"{name}=" in str(e), e
+            assert name != "steps" or "t=" not in str(e), e  # only what differs is named
+            print(f"rank {r} ok {name} mismatch: {e}")
+        else:
+            raise AssertionError(f"no error for a {name} mismatch")
+    dist.distributed_optimizer(trained(adam, 2))  # the same state on every rank: accepted
+    print(f"rank {r} ok same state")
+
+
 def _mlp(seed: int) -> ndl.nn.Module:
     """No BatchNorm, no dropout; the 300 x 200 weight is above the optimizer's flat_max_size,
     so it travels on its own while the others share one flat bucket."""
@@ -270,4 +305,4 @@ if __name__ == "__main__":
         dist.init()
     {"collectives": collectives, "parity": parity, "shared": shared, "compiled": compiled,
      "fault": fault, "jax": jax, "exit": exits,
-     "clip": clip}[case]()
+     "clip": clip, "optimizers": optimizers}[case]()

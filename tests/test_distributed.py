@@ -286,6 +286,15 @@ def test_two_ranks_allreduce_and_broadcast_and_refuse_mismatches():
 
 
 @needs_mpiexec
+def test_distributed_optimizer_refuses_optimizers_that_differ_between_ranks():
+    lines = _ok_lines(mpiexec([str(HERE / "mpi_cases.py"), "optimizers"], timeout=120))
+    for r in (0, 1):
+        for name in ("optimizer", "lr", "t", "steps"):
+            assert any(line.startswith(f"rank {r} ok {name} mismatch") for line in lines), lines
+        assert f"rank {r} ok same state" in lines, lines
+
+
+@needs_mpiexec
 def test_two_ranks_match_one_process_on_the_global_batch_with_sgd_and_adam():
     lines = _ok_lines(mpiexec([str(HERE / "mpi_cases.py"), "parity"], timeout=120))
     assert sorted(line.split(" relative")[0] for line in lines) == [

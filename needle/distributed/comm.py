@@ -210,12 +210,12 @@ def broadcast_object(obj: Any, root: int = 0) -> Any:
     return _comm().bcast(obj, root=root)
 
 
-def check_agreement(what: str, signature: tuple) -> None:
+def check_agreement(what: str, signature: tuple | dict) -> None:
     """A ValueError on every rank unless all ranks pass the same `signature`.
 
     One 16-byte Allreduce (MAX of h and -h, h a digest of the signature) when they agree;
-    the signatures themselves are gathered only to word the error. Without the check a
-    mismatched collective hangs or mixes unrelated bytes.
+    the signatures themselves are gathered only to word the error (of a dict, the entries
+    that differ). Without the check a mismatched collective hangs or mixes unrelated bytes.
     """
     comm = _comm()
     if comm.Get_size() == 1:
@@ -225,7 +225,12 @@ def check_agreement(what: str, signature: tuple) -> None:
     both = int64_pair(h, -h)
     comm.Allreduce(_World.MPI.IN_PLACE, both, op=_World.MPI.MAX)
     if both[0] != h or both[1] != -h:
-        table = "; ".join(f"rank {r}: {s}" for r, s in enumerate(comm.allgather(signature)))
+        every = comm.allgather(signature)
+        if all(isinstance(s, dict) for s in every):  # name the entries that differ
+            keys = [k for k in dict.fromkeys(k for s in every for k in s)
+                    if len({repr(s.get(k)) for s in every}) > 1]
+            every = [", ".join(f"{k}={s.get(k)!r}" for k in keys) for s in every]
+        table = "; ".join(f"rank {r}: {s}" for r, s in enumerate(every))
         raise ValueError(f"needle.distributed.{what}: the ranks disagree ({table})")
 
 

@@ -42,6 +42,20 @@ def check_same_tensors(what: str, tensors: list) -> None:
     comm.check_agreement(what, tuple((tuple(t.shape), str(t.dtype)) for t in tensors))
 
 
+def check_same_optimizer(optimizer: Optimizer) -> None:
+    """A ValueError on every rank, naming what differs, unless all ranks hold the same kind of
+    optimizer with the same hyperparameters, step count t, per-parameter counts (Adam's) and
+    parameters with state (a checkpoint loaded on one rank only would make the ranks drift)."""
+    counts = optimizer._counts
+    comm.check_agreement("distributed_optimizer", {
+        "optimizer": f"{type(optimizer).__module__}.{type(optimizer).__qualname__}",
+        **{name: getattr(optimizer, name) for name in optimizer.hyperparameters},
+        "t": optimizer.t,
+        "steps": None if counts is None else dict(sorted(counts.items())),
+        "parameters with state": sorted(optimizer.state),
+    })
+
+
 def average_buffers(module: Module) -> None:
     """Average the floating buffers (BatchNorm running statistics) over ranks; other buffers
     take rank 0's values. Every rank must call it (before evaluation and checkpoints)."""
@@ -194,6 +208,7 @@ def distributed_optimizer(optimizer: Optimizer, module: Module | None = None
     ranks start identical whatever their seed. Call after `needle.distributed.init()`.
     """
     check_same_tensors("distributed_optimizer", optimizer.params)
+    check_same_optimizer(optimizer)
     wrapped = DistributedOptimizer(optimizer, module)
     if module is not None:
         broadcast_module(module)
