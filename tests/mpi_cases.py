@@ -97,6 +97,25 @@ def optimizers() -> None:
     print(f"rank {r} ok same state")
 
 
+def sampler() -> None:
+    """A sampler without seed= over ranks seeded differently is a ValueError at iter();
+    seeded alike, or with seed=, the shards partition the set."""
+    r, w = dist.rank(), dist.world_size()
+    np.random.seed(100 + r)
+    try:
+        list(dist.DistributedSampler(10, w, r))
+    except ValueError as e:
+        assert "seed" in str(e) and "permutation" in str(e), e
+        print(f"rank {r} ok different seeds: {e}")
+    else:
+        raise AssertionError("no error for ranks seeded differently")
+    for seed, global_seed in ((None, 3), (7, 100 + r)):
+        np.random.seed(global_seed)
+        shards = dist.all_gather_object(list(dist.DistributedSampler(10, w, r, seed=seed)))
+        assert sorted(i for shard in shards for i in shard) == list(range(10)), shards
+    print(f"rank {r} ok seeded")
+
+
 def _mlp(seed: int) -> ndl.nn.Module:
     """No BatchNorm, no dropout; the 300 x 200 weight is above the optimizer's flat_max_size,
     so it travels on its own while the others share one flat bucket."""
@@ -305,4 +324,5 @@ if __name__ == "__main__":
         dist.init()
     {"collectives": collectives, "parity": parity, "shared": shared, "compiled": compiled,
      "fault": fault, "jax": jax, "exit": exits,
-     "clip": clip, "optimizers": optimizers}[case]()
+     "clip": clip, "optimizers": optimizers,
+     "sampler": sampler}[case]()

@@ -295,6 +295,14 @@ def test_distributed_optimizer_refuses_optimizers_that_differ_between_ranks():
 
 
 @needs_mpiexec
+def test_a_sampler_over_ranks_seeded_differently_is_refused():
+    lines = _ok_lines(mpiexec([str(HERE / "mpi_cases.py"), "sampler"], timeout=120))
+    assert sorted(line.split(":")[0] for line in lines) == [
+        "rank 0 ok different seeds", "rank 0 ok seeded", "rank 1 ok different seeds",
+        "rank 1 ok seeded"], lines
+
+
+@needs_mpiexec
 def test_two_ranks_match_one_process_on_the_global_batch_with_sgd_and_adam():
     lines = _ok_lines(mpiexec([str(HERE / "mpi_cases.py"), "parity"], timeout=120))
     assert sorted(line.split(" relative")[0] for line in lines) == [

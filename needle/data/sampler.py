@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Iterator
 
 import numpy as np
@@ -17,7 +18,9 @@ class DistributedSampler:
     `num_replicas`, so every shard has the same length and no rank waits for another.
     Rank r takes order[r::num_replicas]: batch i of every rank together is batch i of a
     single process with `num_replicas` times the batch size. `shuffle=False`, `pad=False`
-    shard an evaluation set exactly (shards may then differ by one index).
+    shard an evaluation set exactly (shards may then differ by one index). Without `seed`,
+    each iter() over `num_replicas` ranks of an initialized needle.distributed world checks,
+    in one small collective, that all ranks drew the same permutation.
     """
 
     def __init__(self, size: int, num_replicas: int, rank: int, shuffle: bool = True,
@@ -61,9 +64,27 @@ class DistributedSampler:
         return order[:total]
 
     def __iter__(self) -> Iterator[int]:
-        return iter(self.order()[self.rank::self.num_replicas].tolist())
+        order = self.order()
+        if self.shuffle and self.seed is None and self.num_replicas > 1:
+            _check_same_order(order, self.num_replicas)
+        return iter(order[self.rank::self.num_replicas].tolist())
 
     def __repr__(self) -> str:
         return (f"DistributedSampler(size={self.size}, num_replicas={self.num_replicas}, "
                 f"rank={self.rank}, shuffle={self.shuffle}, seed={self.seed}, "
                 f"epoch={self.epoch}, per_rank={len(self)})")
+
+
+def _check_same_order(order: np.ndarray, num_replicas: int) -> None:
+    """A ValueError on every rank of a world of `num_replicas` unless all drew `order`."""
+    from ..distributed import comm
+
+    if not comm.is_initialized() or comm.world_size() != num_replicas:
+        return
+    digest = hashlib.blake2b(order.tobytes(), digest_size=16).hexdigest()
+    try:
+        comm.check_agreement("DistributedSampler", ("permutation", digest))
+    except ValueError:
+        raise ValueError("DistributedSampler: the ranks drew different permutations from "
+                         "numpy's global random state, so their shards overlap; seed numpy "
+                         "alike on every rank (np.random.seed(s)) or pass seed=") from None
