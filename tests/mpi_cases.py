@@ -51,11 +51,15 @@ def collectives() -> None:
             ndl.nn.Sequential(*[ndl.nn.Linear(4, 4) for _ in range(1 + r)]).parameters()))),
         ("module", lambda: dist.broadcast_module(
             ndl.nn.Sequential(*[ndl.nn.Linear(4, 4) for _ in range(1 + r)]))),
+        # one more BatchNorm on rank 1: its extra buffers' allreduce hung rank 1 before
+        ("buffers", lambda: dist.average_buffers(
+            ndl.nn.Sequential(*[ndl.nn.BatchNorm1d(4) for _ in range(1 + r)]))),
     ]:
         try:
             call()
         except ValueError as e:
             assert "ranks disagree" in str(e) and "rank 0" in str(e) and "rank 1" in str(e), e
+            assert name != "buffers" or "average_buffers" in str(e), e
             print(f"rank {r} ok {name} mismatch: {e}")
         else:
             raise AssertionError(f"no error for a {name} mismatch")

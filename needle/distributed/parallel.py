@@ -61,7 +61,9 @@ def average_buffers(module: Module) -> None:
     take rank 0's values. Every rank must call it (before evaluation and checkpoints)."""
     if comm.world_size() == 1:
         return
-    for tensor in module.buffers():
+    buffers = module.buffers()
+    check_same_tensors("average_buffers", buffers)  # one more on a rank would hang it
+    for tensor in buffers:
         if dtype_of(tensor._realize()).kind in "fc":
             comm.allreduce(tensor, op="mean")
         else:
