@@ -54,6 +54,8 @@ def collectives() -> None:
         # one more BatchNorm on rank 1: its extra buffers' allreduce hung rank 1 before
         ("buffers", lambda: dist.average_buffers(
             ndl.nn.Sequential(*[ndl.nn.BatchNorm1d(4) for _ in range(1 + r)]))),
+        # a parameter on strict on rank 0, on cpu on rank 1: MPI's "message truncated" before
+        ("device", lambda: _mixed_devices(r).allreduce_gradients()),
     ]:
         try:
             call()
@@ -118,6 +120,16 @@ def sampler() -> None:
         shards = dist.all_gather_object(list(dist.DistributedSampler(10, w, r, seed=seed)))
         assert sorted(i for shard in shards for i in shard) == list(range(10)), shards
     print(f"rank {r} ok seeded")
+
+
+def _mixed_devices(r: int):
+    """A distributed SGD over two small layers, the second on strict on rank 0 only."""
+    layers = [ndl.nn.Linear(4, 3), ndl.nn.Linear(4, 3, device=ndl.strict() if r == 0 else None)]
+    params = [p for layer in layers for p in layer.parameters()]
+    opt = dist.distributed_optimizer(ndl.optim.SGD(params, lr=0.1))
+    for p in params:
+        p.grad = ndl.Tensor(np.ones(p.shape), device=p.device, dtype="float32")
+    return opt
 
 
 def _mlp(seed: int) -> ndl.nn.Module:

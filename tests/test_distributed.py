@@ -281,7 +281,7 @@ def test_two_ranks_allreduce_and_broadcast_and_refuse_mismatches():
     lines = _ok_lines(mpiexec([str(HERE / "mpi_cases.py"), "collectives"], timeout=120))
     for r in (0, 1):
         assert f"rank {r} ok values" in lines
-        for name in ("shape", "dtype", "op", "parameters", "module", "buffers"):
+        for name in ("shape", "dtype", "op", "parameters", "module", "buffers", "device"):
             assert any(line.startswith(f"rank {r} ok {name} mismatch") for line in lines), lines
 
 

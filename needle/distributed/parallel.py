@@ -127,7 +127,7 @@ class DistributedOptimizer:
         are concatenated into one flat array per device and dtype. Each array is summed by a
         blocking in-place Allreduce and scaled by 1/N at once, while it is still in cache. The
         ranks check first, in one small collective, that they hold the same gradients (which
-        parameters, shapes, dtypes): otherwise a ValueError on every rank.
+        parameters, shapes, dtypes, kinds of device): otherwise a ValueError on every rank.
         """
         size = comm.world_size()
         if size == 1:
@@ -165,7 +165,9 @@ class DistributedOptimizer:
             g = p.grad._realize()
             if g.dtype != data.dtype:  # e.g. a float64 gradient of a float32 parameter
                 g = p.device.xp.astype(g, data.dtype)
-            signature.append((i, tuple(g.shape), dtype_of(g).name))
+            # the device's kind too: a cpu gradient on one rank and a torch one on another
+            # are packed into different flat arrays (MPI's "message truncated" otherwise)
+            signature.append((i, tuple(g.shape), dtype_of(g).name, p.device.kind))
             if math.prod(g.shape) <= limit:
                 small.setdefault((p.device, data.dtype), []).append((i, g))
             elif id(g) in big:
