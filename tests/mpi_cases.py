@@ -41,6 +41,15 @@ def collectives() -> None:
     strided[:, ::2] = r + 1
     dist.allreduce(strided[:, ::2])
     assert (strided[:, ::2] == 3).all() and (strided[:, 1::2] == 0).all()
+    for dtype, op in (("bool", "sum"), ("int64", "mean")):  # bool: mpi4py's "Invalid MPI_Op"
+        try:
+            dist.allreduce(np.ones(3, dtype=dtype), op=op)
+        except TypeError as e:
+            assert f"got {dtype}" in str(e), e
+        else:
+            raise AssertionError(f"no TypeError for allreduce of {dtype} with op={op}")
+    flags = np.array([r == 0, True])
+    assert dist.broadcast(flags).tolist() == [True, True]  # bool arrays still broadcast
     print(f"rank {r} ok values")
     for name, call in [
         ("shape", lambda: dist.allreduce(np.zeros(3 + r, dtype="float32"))),

@@ -239,13 +239,17 @@ def allreduce(x: Any, op: str = "sum") -> Any:
 
     `x` is a Tensor (its data is replaced when the array cannot be changed in place) or a
     device array. Every rank must pass the same shape and dtype: a disagreement raises a
-    ValueError on every rank. `op="mean"` needs a floating dtype.
+    ValueError on every rank. `op="mean"` needs a floating dtype, and bool arrays cannot be
+    summed (a TypeError).
     """
     if op not in OPS:
         raise ValueError(f"allreduce: op must be one of {OPS}, got {op!r}")
     arr = x._realize() if isinstance(x, Tensor) else x
     dtype = dtype_of(arr)
     check_agreement("allreduce", ("allreduce", op, tuple(arr.shape), dtype.name))
+    if dtype.kind == "b":  # MPI has no sum of bools ("Invalid MPI_Op")
+        raise TypeError(f"allreduce: cannot sum a bool array over the ranks, got {arr.dtype}; "
+                        "convert it to an integer dtype first")
     if op == "mean" and dtype.kind not in "fc":
         raise TypeError(f"allreduce: op='mean' needs a floating dtype, got {arr.dtype}; "
                         "use op='sum'")
