@@ -127,12 +127,11 @@ def _abort_on_uncaught(kind, value, tb) -> None:
 
 
 def _check_exit() -> None:
-    """At interpreter exit before finalize(): every rank must be exiting too. The exit's
-    agreement check meets a rank still in a collective (every one here starts with
-    check_agreement) as a disagreement: then this rank aborts the job, where it would
-    otherwise leave that rank waiting forever (a normal end: all ranks agree, nothing else)."""
+    """At exit before finalize(): abort the job unless every rank is exiting too."""
     if _World.comm is None or os.getpid() != _World.pid:
         return
+    # every collective here starts with check_agreement: a rank still in one (waiting for
+    # this rank forever) disagrees; at a normal end all ranks agree and end as usual
     try:
         check_agreement("exit", ("exiting before finalize()",))
     except ValueError as e:

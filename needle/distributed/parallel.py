@@ -43,9 +43,8 @@ def check_same_tensors(what: str, tensors: list) -> None:
 
 
 def check_same_optimizer(optimizer: Optimizer) -> None:
-    """A ValueError on every rank, naming what differs, unless all ranks hold the same kind of
-    optimizer with the same hyperparameters, step count t, per-parameter counts (Adam's) and
-    parameters with state (a checkpoint loaded on one rank only would make the ranks drift)."""
+    """A ValueError naming what differs unless every rank's optimizer has the same kind,
+    hyperparameters, t, per-parameter counts and parameters with state."""
     counts = optimizer._counts
     comm.check_agreement("distributed_optimizer", {
         "optimizer": f"{type(optimizer).__module__}.{type(optimizer).__qualname__}",
@@ -183,9 +182,7 @@ class DistributedOptimizer:
 
 
 def average_for_clipping(params: list) -> list[DistributedOptimizer]:
-    """The distributed optimizers holding any of `params`, each with its gradients averaged
-    (unless they are already): clip_grad_norm_ then clips the averaged gradients, as DDP does,
-    and calls their mark_averaged()."""
+    """The distributed optimizers holding any of `params`, their gradients averaged now."""
     ids = {id(p) for p in params}
     owners = [w for _, w in sorted(WRAPPERS.items()) if any(id(p) in ids for p in w.params)]
     for owner in owners:
