@@ -366,6 +366,17 @@ def test_ranks_that_end_at_different_times_without_finalize_end_cleanly():
 
 
 @needs_mpiexec
+def test_needle_train_clips_over_two_ranks(tmp_path):
+    """--clip with --distributed was refused (each rank clipped its own gradients before the
+    averaging); clip_grad_norm_ now clips the averaged gradients (the "clip" case)."""
+    out = mpiexec(["-m", "needle.apps.train", "--epochs", "1", "--hidden-dim", "16",
+                   "--batch-size", "500", "--quiet", "--distributed", "--clip", "0.5",
+                   "--checkpoint", str(tmp_path / "ck.npz")], timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert (tmp_path / "ck.npz").is_file()
+
+
+@needs_mpiexec
 def test_a_resumed_two_rank_run_is_the_uninterrupted_one(tmp_path):
     train = ["-m", "needle.apps.train", "--epochs", "2", "--hidden-dim", "16", "--batch-size",
              "500", "--quiet", "--distributed"]

@@ -226,10 +226,6 @@ def validate(parser: argparse.ArgumentParser, cfg: dict[str, Any], stop_after: i
             parser.error(f"{flag(key)}: unknown {cfg[key]!r}, choose from {sorted(choices)}")
     if distributed and not REGISTRY[cfg["model"]].kind.distributes:
         parser.error(f"--distributed trains {distributable()}, not {cfg['model']}")
-    if distributed and cfg["clip"]:
-        parser.error(f"--clip {cfg['clip']} does not go with --distributed: each rank would "
-                     "clip its own gradients before they are averaged; leave --clip out or "
-                     "pass --clip 0")
 
 
 def check_writable(parser: argparse.ArgumentParser, flag: str, path: Path) -> None:
