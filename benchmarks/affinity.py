@@ -1,5 +1,6 @@
-"""Does the host CPU a step runs on decide its time? A probe for the slow stretches seen on the
-lent H100 (needle's step 60% slower on some CPUs, PyTorch's 20%).
+"""Does the host CPU a step runs on decide its time? (a probe of the H100 host's slow stretches)
+
+On the lent H100, needle's step was 60% slower on some host CPUs, PyTorch's 20%.
 
 The process pins itself to `--start` before it allocates anything (numpy, torch and needle
 are imported after), so its memory is placed from that CPU. Then, for every CPU it may run

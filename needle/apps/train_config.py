@@ -109,8 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
                                        f" size of the language models; not used by "
                                        f"{_ignoring('hidden_dim')} (default: "
                                        f"{_defaults_text('hidden_dim')})")
-    add("--clip", type=float, help="clip the gradients' global norm to this before each step, "
-                                   "0: off; not with --distributed (default: "
+    add("--clip", type=float, help="clip the gradients' global norm to this before each step "
+                                   "(with --distributed: the gradients averaged over the "
+                                   "ranks), 0: off (default: "
                                    f"{_defaults_text('clip')})")
     add("--schedule", choices=SCHEDULES,
         help=f"learning rate over the epochs: cosine decay to 0 or constant "

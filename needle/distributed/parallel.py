@@ -206,7 +206,9 @@ def distributed_optimizer(optimizer: Optimizer, module: Module | None = None
     """Wrap `optimizer` so that step() averages the gradients over all ranks first.
 
     Every rank gets rank 0's parameters now (and `module`'s buffers, when given), so all
-    ranks start identical whatever their seed. Call after `needle.distributed.init()`.
+    ranks start identical whatever their seed; the optimizers must agree (type,
+    hyperparameters, step counts, which parameters have state: a ValueError naming what
+    differs; load a checkpoint on every rank). Call after `needle.distributed.init()`.
     """
     check_same_tensors("distributed_optimizer", optimizer.params)
     check_same_optimizer(optimizer)

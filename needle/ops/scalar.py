@@ -198,14 +198,12 @@ class PowerScalar(TensorOp):
 
 
 def negative_power_error(a: Any, scalar: int) -> ValueError:
-    """The ValueError for an integer tensor to a negative int power, numpy's (torch raises
-    RuntimeError, jax gave 2 ** -1 = 0), as check_int_exponents; `c / x` meets it too, as
-    c * x ** -1."""
+    """The ValueError for an integer tensor to a negative int power, numpy's (torch and jax
+    raise their own errors), as check_int_exponents."""
     name = device_of(a).public_dtype(a.dtype).name
     return ValueError(f"power_scalar: the {name} tensor to the negative power {scalar}: "
                      "integers to negative integer powers are not allowed (the results are "
-                     "fractions), nor is `c / x` (computed as c * x ** -1: true division "
-                     "needs a floating tensor); convert the tensor first, e.g. with "
+                     "fractions); convert the tensor first, e.g. with "
                      "ndl.ops.astype(x, \"float32\")")
 
 
