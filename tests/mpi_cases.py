@@ -266,7 +266,8 @@ def compiled() -> None:
 
 def exits() -> None:
     """Rank 1 leaves early (`exit0`, `exit3`: sys.exit in training; `barrier`: while rank 0
-    waits in barrier()), or both end normally at different times without finalize() (`end`)."""
+    waits in barrier()), or both end normally at different times without finalize() (`end`),
+    or with rank 0 alone calling finalize() (`finalize`: that rank hung in the exit check)."""
     r, mode = dist.rank(), sys.argv[2]
     model = ndl.nn.Linear(4, 2)
     opt = dist.distributed_optimizer(ndl.optim.SGD(model.parameters(), lr=0.1), module=model)
@@ -283,6 +284,8 @@ def exits() -> None:
     print(f"rank {r} ok {mode}", flush=True)
     if r == 1:
         sys.exit(0)  # at the end, as a script that ends with sys.exit(main())
+    if mode == "finalize":
+        dist.finalize()
     time.sleep(1)  # rank 1 has long left: its exit did not end this rank
 
 

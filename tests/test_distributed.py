@@ -360,9 +360,10 @@ def test_a_rank_that_exits_early_ends_the_job(mode):
 
 
 @needs_mpiexec
-def test_ranks_that_end_at_different_times_without_finalize_end_cleanly():
-    lines = _ok_lines(mpiexec([str(HERE / "mpi_cases.py"), "exit", "end"], timeout=60))
-    assert sorted(lines) == ["rank 0 ok end", "rank 1 ok end"], lines
+@pytest.mark.parametrize("mode", ["end", "finalize"])
+def test_ranks_that_end_at_different_times_end_cleanly(mode):
+    lines = _ok_lines(mpiexec([str(HERE / "mpi_cases.py"), "exit", mode], timeout=60))
+    assert sorted(lines) == [f"rank 0 ok {mode}", f"rank 1 ok {mode}"], lines
 
 
 @needs_mpiexec

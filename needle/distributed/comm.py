@@ -190,6 +190,8 @@ def finalize() -> None:
     at interpreter exit, as mpi4py arranges)."""
     if _World.comm is None:
         return
+    if _World.pid == os.getpid():  # the exit check's meeting: ranks that end without
+        _check_exit()  # finalize() meet it at exit, so only some ranks may call finalize()
     _World.comm.Free()
     atexit.unregister(_check_exit)
     if _World.excepthook is not None:
