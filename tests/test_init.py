@@ -211,3 +211,15 @@ def test_dtype_none_is_float64_on_every_device_that_has_it(device):
         assert t.dtype == widest, (t, t.dtype)
     assert ndl.init.one_hot(3, np.array([0, 2]), device=device, dtype=None).numpy().tolist() \
         == [[1, 0, 0], [0, 0, 1]]
+
+
+def test_constant_takes_numpy_integers_exactly(device):
+    """np.int64(2**53 + 1) went through a float (2**53) and np.int64(2**63 - 1) was refused
+    as not a whole number."""
+    try:
+        device.dtype("int64")
+    except TypeError:
+        pytest.skip(f"{device} has no int64 (jax without x64)")
+    for c in (np.int64(2**53 + 1), np.int64(2**63 - 1), 2**53 + 1):
+        assert ndl.init.constant(1, c=c, device=device, dtype="int64").numpy().tolist() \
+            == [int(c)]

@@ -149,7 +149,7 @@ class Compiled:
             # an argument the step can also reach otherwise (a closure's Tensor, a parameter)
             # may have been read either way: its program serves that Tensor only
             outside = reachable([self.fn, *pinned, *rec.consts.values(),
-                                 *(m for m, _ in rec.modules.values())])
+                                 *(m for m, *_ in rec.modules.values())])
             rec.checks += [f"if v{i} is not {rec.const(t)}: raise _Retrace"
                            for i, t in enumerate(tensors) if id(t) in outside]
             program = Program(rec, result, len(tensors))

@@ -84,9 +84,9 @@ class Program:
             k = rec.const(v)
             head.append(f"if {k}.requires_grad is not {rg} or {k}._array is not _seen[{i}]: "
                         f"_check({i})")
-        for m, training in rec.modules.values():  # (and its settings, Parameters, ...)
-            k = rec.const(m)
-            head.append(f"if {k}.training != {training!r} or {k}._assigned != {m._assigned}: "
+        for m, training, assigned in rec.modules.values():  # (its settings, Parameters, ...
+            k = rec.const(m)  # as at its first call: one assigned later records again)
+            head.append(f"if {k}.training != {training!r} or {k}._assigned != {assigned}: "
                         "raise _Retrace")
         body = _schedule(rec.lines, out)
         params = ", ".join(f"v{i}" for i in range(n_args))

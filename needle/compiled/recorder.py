@@ -51,9 +51,9 @@ class Recorder(StateHooks):
         self.reads: dict[int, int] = {}
         self.guards: dict[int, tuple] = {}  # -> (Value, requires_grad, shape, dtype, device)
         self.last: dict[int, Any] = {}  # id(outside Value) -> the data the program knows it has
-        self.modules: dict[int, tuple] = {}  # id(Module) -> (Module, training)
+        self.modules: dict[int, tuple] = {}  # id(Module) -> (Module, training, _assigned)
         self.moded: set[int] = set()  # ids of Modules whose mode the step sets itself
-        self.called: set[int] = set()  # ids of the Modules the step called
+        self.op_outputs: set[int] = set()  # ids of the arrays the step's graph ops computed
         self.pending: dict = {}  # id(host value) -> (value, slot, kind, where, device, lines)
         self.depth = 0  # > 0 inside a call recorded as one step: nothing below is recorded
         self.draw_devices: dict[int, Any] = {}  # devices whose generator the step draws from
@@ -230,7 +230,9 @@ class Recorder(StateHooks):
             return op.compute(*arrays), None
         who = f"an input of {type(op).__name__}"
         exprs = [self.value(x, who) for x in inputs]
-        return self._run_op(op, arrays, exprs, op.saves)
+        out = self._run_op(op, arrays, exprs, op.saves)
+        self.op_outputs.add(id(out[0]))
+        return out
 
     def evaluate(self, op: Any, inputs: tuple) -> Any:
         """An op called on raw arrays (a gradient rule's): compute's output."""

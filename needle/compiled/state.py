@@ -89,30 +89,24 @@ class StateHooks:
 
     def module(self, m: Any) -> None:
         """A Module was called: replays check its train/eval mode."""
-        if self.active():
-            self.called.add(id(m))
-            if id(m) not in self.moded:  # (and for CUDA graphs)
-                self.modules.setdefault(id(m), (m, m.training))
+        if self.active() and id(m) not in self.moded:  # (and for CUDA graphs)
+            self.modules.setdefault(id(m), (m, m.training, m._assigned))
 
     def module_set(self, m: Any, name: str, value: Any) -> None:
-        """`m.name = value` inside the step: a replay runs no such Python, so it must not
-        matter to the calls after. A Tensor made in the step kept on a Module (an RNN's
-        hidden state as `self.h`), or any attribute set after the step called the Module
-        (a schedule's `drop.p = p` for the next call), would keep the recording's value."""
-        if not self.active():
+        """`m.name = value` inside the step, where a replay runs no Python: a Tensor the step
+        computed, or an argument, kept on a Module (an RNN's hidden state as `self.h`) would
+        stay the recording's. (A setting assigned after the Module's first call, a schedule's
+        `drop.p = p`, makes the next call record again: the guard reads `_assigned` as it
+        was at that call; a constant made in the step, a cached mask, stays valid.)"""
+        if not self.active() or not isinstance(value, Value):
             return
-        here = f"{type(m).__name__}.{name}"
-        if isinstance(value, Value) and not self.outside(value):
+        if id(value) in self.args or (not self.outside(value) and id(value._array) in
+                                      self.op_outputs and self.known(value._array)):
             raise CompileError(
-                f"ndl.compile({self.name}): a Tensor made inside the step is kept as {here} "
-                f"at {where()}: replays would leave the recording's there. Return it from the "
-                "step (and pass it back in as an argument)")
-        if id(m) in self.called:
-            raise CompileError(
-                f"ndl.compile({self.name}): {here} is assigned at {where()}, after the step "
-                "called that Module: a replay cannot repeat the assignment, so the next "
-                "calls would use the recording's value. Assign it outside the step, or "
-                "before the step calls the Module")
+                f"ndl.compile({self.name}): a Tensor the step computed (or an argument) is "
+                f"kept as {type(m).__name__}.{name} at {where()}: replays would leave the "
+                "recording's there. Return it from the step (and pass it back in as an "
+                "argument)")
 
     def backward_node(self, node: Value) -> None:
         """backward reached an op's output: one made before the step (an argument whose

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 from ..arguments import check_range, finite
@@ -83,8 +84,11 @@ def _fill_value(c: Any, device: Device, dtype: Any) -> Any:
     xp = device.xp
     if isinstance(c, bool) or not xp.isdtype(native, "integral"):
         return c
-    value = finite("constant", "c", c)
-    whole = c if isinstance(c, int) else int(value) if value == int(value) else None
+    if isinstance(c, numbers.Integral):  # (numpy's too: exact, never through a float)
+        whole = int(c)
+    else:
+        value = finite("constant", "c", c)
+        whole = int(value) if value == int(value) else None
     info = xp.iinfo(native)
     if whole is None or not info.min <= whole <= info.max:
         raise ValueError(f"constant: c={c!r} is not a whole number in the range "
