@@ -324,6 +324,33 @@ def clip() -> None:
     got, want = results["idiom"], results["single"]
     worst = max(float(np.linalg.norm(g - e) / np.linalg.norm(e)) for g, e in zip(got, want))
     assert worst <= 1e-6, worst
+    # two live wrappers over one model (one re-made after a resume): averaged once, not twice
+    model = _mlp(seed=r)
+    counted = dist.comm._World.comm
+
+    def allreduces(opt) -> int:
+        """The Allreduce calls of one clipped step of `opt`."""
+        calls = []
+
+        class Counting:  # the communicator, counting its Allreduce calls
+            def __getattr__(self, name):
+                if name == "Allreduce":
+                    calls.append(name)
+                return getattr(counted, name)
+        dist.comm._World.comm = Counting()
+        try:
+            x, y = data[0]
+            opt.reset_grad()
+            loss_fn(model(ndl.Tensor(x[r::w], dtype="float32")), ndl.Tensor(y[r::w])).backward()
+            ndl.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
+            opt.step()
+        finally:
+            dist.comm._World.comm = counted
+        return len(calls)
+    first = dist.distributed_optimizer(ndl.optim.SGD(model.parameters(), lr=0.5), module=model)
+    alone = allreduces(first)
+    second = dist.distributed_optimizer(ndl.optim.SGD(model.parameters(), lr=0.5), module=model)
+    assert allreduces(second) == alone and first is not None, alone
     print(f"rank {r} ok clip {worst:.1e}")
 
 

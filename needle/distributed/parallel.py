@@ -10,6 +10,7 @@ ordinary Module (its state_dict keys, its checkpoints and the training loop are 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import weakref
@@ -25,6 +26,14 @@ from .mpi_buffers import dtype_of, may_overlap
 
 #: the live DistributedOptimizers by creation order: clip_grad_norm_ averages their gradients
 WRAPPERS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+#: id(grad Tensor) -> a weak reference to it, for the gradients an averaging (or a clipping
+#: after it) left: a gradient is averaged once, whichever wrapper (two may hold a parameter)
+_AVERAGED: dict[int, weakref.ref] = {}
+
+
+def _forget(key: int, _ref: Any) -> None:
+    """A gradient in _AVERAGED was freed: its entry goes (before its id can be reused)."""
+    _AVERAGED.pop(key, None)
 _SERIAL = itertools.count()
 
 
@@ -76,7 +85,7 @@ class DistributedOptimizer:
     param_groups of a subclass...) is the wrapped optimizer's, read and written through.
     """
 
-    _own = ("optimizer", "module", "_averaged")
+    _own = ("optimizer", "module")
 
     def __init__(self, optimizer: Optimizer, module: Module | None = None):
         if not isinstance(optimizer, Optimizer):
@@ -84,7 +93,6 @@ class DistributedOptimizer:
                             f"{type(optimizer).__name__}")
         object.__setattr__(self, "optimizer", optimizer)
         object.__setattr__(self, "module", module)
-        object.__setattr__(self, "_averaged", None)  # the grads averaging (or clipping) left
         WRAPPERS[next(_SERIAL)] = self
 
     def __getattr__(self, name: str) -> Any:
@@ -105,17 +113,20 @@ class DistributedOptimizer:
                 comm.check_agreement("distributed_optimizer.step", ("averaged before step()",))
             else:
                 self.allreduce_gradients()
-        self._averaged = None
         self.optimizer.step()
 
     def averaged(self) -> bool:
-        """True while every grad is the one allreduce_gradients (or a clipping after it) left."""
-        done = self._averaged
-        return done is not None and all(g is p.grad for g, p in zip(done, self.params))
+        """True while every grad is one an averaging (or a clipping after it) left."""
+        grads = [p.grad for p in self.params if p.grad is not None]
+        return bool(grads) and all(
+            (ref := _AVERAGED.get(id(g))) is not None and ref() is g for g in grads)
 
     def mark_averaged(self) -> None:
         """Record the current grads as averaged (step() then does not average them again)."""
-        self._averaged = [p.grad for p in self.params]
+        for p in self.params:
+            g = p.grad
+            if g is not None:
+                _AVERAGED[id(g)] = weakref.ref(g, functools.partial(_forget, id(g)))
 
     def allreduce_gradients(self) -> None:
         """Replace every parameter's grad by its mean over the ranks.
