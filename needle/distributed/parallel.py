@@ -59,7 +59,7 @@ def check_same_optimizer(optimizer: Optimizer) -> None:
         "optimizer": f"{type(optimizer).__module__}.{type(optimizer).__qualname__}",
         **{name: getattr(optimizer, name) for name in optimizer.hyperparameters},
         "t": optimizer.t,
-        "steps": None if counts is None else dict(sorted(counts.items())),
+        "steps": None if counts is None else {i: n for i, n in enumerate(counts) if n},
         "parameters with state": sorted(optimizer.state),
     })
 

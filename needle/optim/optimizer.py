@@ -74,7 +74,7 @@ class Optimizer:
         #: parameter index -> the steps that updated it (a parameter without a gradient in
         #: some steps has fewer than t), where the rule counts them; the count of the group
         #: being updated is `_step_count`
-        self._counts: dict[int, int] | None = {} if self.counts_steps else None
+        self._counts: list[int] | None = [0] * len(self.params) if self.counts_steps else None
         self._step_count = 0
         self._flat: dict[tuple, _FlatGroup] = {}  # (device, dtype) -> last step's flat arrays
         self._owned: dict[int, Any] = {}  # big parameter index -> the array it updates in place
@@ -133,7 +133,8 @@ class Optimizer:
                            or not p.device.c_contiguous(data) else groups)
                 key = (p.device, data.dtype)
                 if counts is not None:  # a parameter updated fewer times: a group of its
-                    n = counts[i] = counts.get(i, 0) + 1  # count (as PyTorch's per-
+                    counts[i] += 1  # count (as PyTorch's per-
+                    n = counts[i]
                     if n != self.t:  # parameter step), keyed by how far it lags (the same
                         key += (self.t - n,)  # from step to step: its flat arrays are kept)
                 by_size.setdefault(key, []).append(i)
@@ -289,7 +290,8 @@ class Optimizer:
             },
             "hyperparameters": {k: getattr(self, k) for k in self.hyperparameters},
             "t": self.t,
-            **({} if self._counts is None else {"steps": dict(self._counts)}),
+            **({} if self._counts is None else
+               {"steps": {i: n for i, n in enumerate(self._counts) if n}}),
         }
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
@@ -365,7 +367,7 @@ class Optimizer:
             setattr(self, name, hyper[name])
         self.t = t
         if self._counts is not None:
-            self._counts = counts
+            self._counts = [counts.get(i, 0) for i in range(len(self.params))]
         self.state = new_state
         self._flat.clear()  # the cached flat state is the replaced state's
 
