@@ -384,3 +384,13 @@ def test_train_ptb_learns_and_clips(device, monkeypatch):
     after = simple_ml.evaluate_ptb(lm, data, seq_len=8, device=device)[1]
     assert after < before
     assert clipped and set(clipped) == {0.5}
+
+
+def test_language_model_names_the_shape_it_expects(device):
+    """1-d ids were "not enough values to unpack (expected 2, got 1)"."""
+    from needle.apps.models import LanguageModel
+
+    lm = LanguageModel(8, 10, 16, 1, "lstm", device=device)
+    with pytest.raises(ValueError, match=r"LanguageModel: expected token ids of shape \(T, B\), "
+                                         r"found \(3,\)"):
+        lm(ndl.Tensor(np.array([1, 2, 3]), device=device))

@@ -99,3 +99,14 @@ def test_clip_grad_norm_of_float16_gradients(device):
     np.testing.assert_allclose(float(total.numpy()), np.sqrt(1000) * 10, rtol=1e-6)
     assert p.grad.dtype == "float16"
     np.testing.assert_allclose(p.grad.numpy(), 10 / (np.sqrt(1000) * 10), rtol=1e-3)
+
+
+def test_a_nan_gradient_makes_every_gradient_nan(device):
+    """As PyTorch's: the NaN norm's factor failed `coef < 1` and left every gradient as it
+    was, a [3, 4] far above max_norm included."""
+    p, q = (Parameter(ndl.Tensor(np.ones(2), dtype="float32", device=device)) for _ in range(2))
+    p.grad = ndl.Tensor(np.array([np.nan, 1.0]), dtype="float32", device=device)
+    q.grad = ndl.Tensor(np.array([3.0, 4.0]), dtype="float32", device=device)
+    with np.errstate(invalid="ignore"):
+        norm = clip_grad_norm_([p, q], 1.0)
+    assert np.isnan(norm.numpy()) and np.isnan(q.grad.numpy()).all()

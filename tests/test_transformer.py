@@ -535,3 +535,49 @@ def test_layers_run_on_c_ordered_arrays_from_a_time_first_input(device):
     model(tensor(np.random.standard_normal((T, B, E)), device))
     (array,) = [getattr(a, "_array", a) for a in seen]
     assert tuple(array.shape) == (B, T, E) and device.c_contiguous(array)
+
+
+def test_a_subclass_overriding_the_course_steps_is_called(device):
+    """A course-style subclass overriding create_causal_mask (a padding mask) ran without
+    error while forward used the fused softmax and never called it: the masked key still
+    got weight. forward now takes the course's steps (matmul, mask, softmax) for such a
+    subclass; with the default methods the results are the fused path's."""
+    rng = np.random.default_rng(0)
+    q, k, v = (ndl.Tensor(rng.standard_normal((1, 2, 3, 2)), dtype="float32", device=device)
+               for _ in range(3))
+
+    class Padded(MultiHeadAttention):
+        calls = 0
+
+        def create_causal_mask(self, i, j, device, dtype="float32"):
+            Padded.calls += 1
+            mask = super().create_causal_mask(i, j, device, dtype).numpy()
+            mask[..., -1] = -1e9  # and the last key is padding
+            return ndl.Tensor(mask, device=device, dtype=dtype, requires_grad=False)
+    _, probs = Padded(causal=True)(q, k, v)
+    assert Padded.calls == 1 and not probs.numpy()[..., -1].any()
+
+    class Course(MultiHeadAttention):
+        def softmax(self, logit):
+            return super().softmax(logit)
+    fused = MultiHeadAttention(causal=True)(q, k, v)
+    course = Course(causal=True)(q, k, v)
+    for a, b in zip(fused, course):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_a_custom_position_module_gets_a_tensor(device):
+    """A pos_embedding other than Embedding was called with the device's raw array of
+    positions (AttributeError for a module written with needle ops on cpu, strict, jax)."""
+    m = ndl.nn.Transformer(8, 16, 1, num_head=2, dim_head=4, sequence_len=10, device=device)
+    seen = []
+
+    class Zero(ndl.nn.Module):
+        def forward(self, pos):
+            seen.append(type(pos))
+            T = pos.shape[0]
+            return ops.broadcast_to(ops.reshape(ops.astype(pos, "float32"), (T, 1)), (T, 8)) * 0.0
+    m.pos_embedding = Zero()
+    out, _ = m(ndl.Tensor(np.random.default_rng(1).standard_normal((5, 3, 8)), dtype="float32",
+                          device=device))
+    assert seen == [ndl.Tensor] and out.shape == (5, 3, 8)

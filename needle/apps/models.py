@@ -90,6 +90,9 @@ class LanguageModel(nn.Module):
 
     def forward(self, x: ndl.Tensor, h=None):
         """x (T, B) token ids -> (logits (T*B, output_size), the final hidden state)."""
+        if x.ndim != 2:
+            raise ValueError(f"LanguageModel: expected token ids of shape (T, B), found "
+                             f"{x.shape}")
         seq_len, batch = x.shape
         out, h = self.seq_model(self.embedding(x), h)
         return self.linear(ndl.reshape(out, (seq_len * batch, self.hidden_size))), h

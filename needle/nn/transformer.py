@@ -51,6 +51,15 @@ def _arange(xp, n: int, at):
 class MultiHeadAttention(Module):
     """probs = Dropout(softmax(q @ k^T / sqrt(D) + mask)); result = probs @ v."""
 
+    #: whether a subclass overrides the course's `matmul`, `softmax` or `create_causal_mask`
+    #: (a padding mask, say): forward then calls them, as the course's does
+    _course_steps = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._course_steps = any(getattr(cls, name) is not getattr(MultiHeadAttention, name)
+                                for name in ("matmul", "softmax", "create_causal_mask"))
+
     def __init__(self, *, dropout: float = 0.0, causal: bool = False,
                  device: Device | None = None, dtype: str = "float32"):
         super().__init__()  # device and dtype: the course's signature (no parameters here)
@@ -97,6 +106,13 @@ class MultiHeadAttention(Module):
             raise ValueError(f"MultiHeadAttention: causal attention needs at least as many "
                              f"keys as queries (the first queries would see none), found "
                              f"q {q.shape}, k {k.shape}")
+        if self._course_steps:  # the course's steps, each a method a subclass may override
+            logits = self.matmul(q, k) / math.sqrt(D)
+            if self.causal:
+                mask = self.create_causal_mask(T, T_k, q.device, dtype=q.dtype.name)
+                logits = logits + ops.broadcast_to(mask, logits.shape)
+            probs = self.dropout(self.softmax(logits))
+            return self.matmul(probs, ops.transpose(v)), probs
         # softmax(q kᵀ / sqrt(D) + mask) as one node: the scaling and the causal mask
         # (create_causal_mask's, applied in place of its add) are fused into the softmax
         logits = ops.MatMul(transpose_b=True)(q, k)
@@ -253,19 +269,20 @@ class Transformer(Module):
             raise ValueError(f"Transformer: the sequence length {T} exceeds sequence_len="
                              f"{self.sequence_len}")
         positions = _arange(x.device.xp, T, x.device.native)  # made on the device
-        x = x + self._position_rows(positions)  # (T, E) broadcast over the batch
+        x = x + self._position_rows(positions, x.device)  # (T, E) broadcast over the batch
         x = self.layers(x)
         if not self.batch_first:
             x = ops.transpose(_c_order(x), (0, 1))
         return x, init.zeros_like(x)
 
-    def _position_rows(self, positions) -> Tensor:
+    def _position_rows(self, positions: Any, device: Device) -> Tensor:
         """pos_embedding(positions). The ids 0 .. T - 1 are made here, below sequence_len
         (checked), so an Embedding's rows are looked up without its check of the ids' values
-        (on a GPU five or six launches a step); another module is called as it is."""
+        (on a GPU five or six launches a step); another module is called with them as a
+        Tensor (it got the raw array)."""
         embedding = self.pos_embedding
         if type(embedding) is not Embedding:
-            return embedding(positions)
+            return embedding(Tensor.make_const(positions, device=device))
         ids = Tensor.make_const(positions, device=embedding.weight.device)
         return ops.EmbeddingLookup()(embedding.weight, ids)
 

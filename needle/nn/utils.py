@@ -59,7 +59,9 @@ def clip_grad_norm_(parameters: Tensor | Iterable[Tensor], max_norm: float,
     factors = {}
     for d, total in totals.items():
         coef = max_norm / (total + 1e-6)
-        factors[d] = d.xp.where(coef < 1.0, coef, d.xp.ones_like(coef))
+        # min(coef, 1), NaN kept (a NaN norm makes every gradient NaN, as PyTorch's: a
+        # where(coef < 1) took NaN for 1 and left the gradients unclipped)
+        factors[d] = d.xp.minimum(coef, d.xp.ones_like(coef))
     scaled: dict[int, Tensor] = {}  # a grad shared by parameters is scaled once
     for param in params:
         grad = param.grad
