@@ -34,8 +34,8 @@ _DEVICES: dict[tuple[type, int | str | None], Device] = {}
 def _get(cls: type, index: int | str | None) -> Device:
     key = (cls, index)
     dev = _DEVICES.get(key)
-    if dev is None:
-        dev = _DEVICES[key] = cls(index)
+    if dev is None:  # (two threads may both make one: the first kept is everyone's)
+        dev = _DEVICES.setdefault(key, cls(index))
     return dev
 
 
@@ -173,7 +173,7 @@ def manual_seed(seed: int) -> None:
     seed = operator.index(seed)  # (TypeError for 1.7 or "3")
     np.random.seed(seed)
     Device.global_seed = seed
-    for dev in _DEVICES.values():
+    for dev in list(_DEVICES.values()):  # (another thread may add a device meanwhile)
         dev.manual_seed(seed)
 
 

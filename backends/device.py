@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+import threading
 from typing import Any, Callable
 
 import numpy as np
@@ -45,7 +46,7 @@ class Device(Layout, DLPackExchange):
         self._dtypes: dict[Any, Any] = {}
         self._reason: str | None = None  # unavailable_reason(), once probed
         self._generator: Any = None  # the training generator, made on first draw
-        self._pending: list = []  # deferred checks: (0-d bool array, message function)
+        self._local = threading.local()  # this thread's deferred checks (`_pending`)
         self._seed: int | None = Device.global_seed  # None: seed from numpy's state
         self._dlpack_device: tuple[int, int] | None = None
 
@@ -249,6 +250,20 @@ class Device(Layout, DLPackExchange):
     defers_checks: bool = False
     #: deferred checks kept at most before they are read (one sync per this many)
     MAX_PENDING = 64
+
+    @property
+    def _pending(self) -> list:
+        """This thread's deferred checks, (0-d bool array, message function) pairs: each
+        thread's bad input is raised in that thread, at its next read."""
+        try:
+            return self._local.pending
+        except AttributeError:
+            self._local.pending = []
+            return self._local.pending
+
+    @_pending.setter
+    def _pending(self, value: list) -> None:
+        self._local.pending = value
 
     def defer_check(self, bad: Any, message: Callable[[], str]) -> None:
         """Remember `bad`, a 0-d bool array of this device that must be False; if it is

@@ -14,10 +14,11 @@ outside 32 bits raise a ValueError rather than wrap.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import types
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -31,17 +32,43 @@ NARROWER = {"float64": "float32", "int64": "int32", "uint64": "uint32",
             "complex128": "complex64"}
 
 
+_IMPORT_LOCK = threading.Lock()
+
+
 def import_jax() -> types.ModuleType:
-    """`import jax`, leaving numpy's global random state as it was (the import draws from it)."""
+    """`import jax`, without a draw from numpy's global random state (jax's k8s cluster module
+    draws 5 numbers at import): this thread's draws during the import go to a private
+    RandomState, other threads' to the global one as ever. Another thread's import under way
+    is waited for, not taken half-built."""
     jax = sys.modules.get("jax")
-    if jax is not None:
+    spec = getattr(jax, "__spec__", None)
+    if jax is not None and not getattr(spec, "_initializing", False):
         return jax
-    state = np.random.get_state()
-    try:
-        import jax
-    finally:
-        np.random.set_state(state)
+    with _IMPORT_LOCK, _private_draws():
+        import jax  # (waits for another thread's import of it to finish)
     return jax
+
+
+@contextlib.contextmanager
+def _private_draws() -> Iterator[None]:
+    """numpy.random's global functions draw from a private RandomState in this thread."""
+    me, private, shared = threading.get_ident(), np.random.RandomState(0), np.random.mtrand._rand
+    names = [n for n in dir(shared) if not n.startswith("_") and n not in ("get_state",
+             "set_state", "seed") and getattr(np.random, n, None) == getattr(shared, n)]
+    saved = {n: getattr(np.random, n) for n in names}
+
+    def dispatch(name: str) -> Any:
+        def draw(*args: Any, **kwargs: Any) -> Any:
+            owner = private if threading.get_ident() == me else shared
+            return getattr(owner, name)(*args, **kwargs)
+        return draw
+    for n in names:
+        setattr(np.random, n, dispatch(n))
+    try:
+        yield
+    finally:
+        for n, f in saved.items():
+            setattr(np.random, n, f)
 
 
 def x64_enabled() -> bool:

@@ -11,6 +11,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -318,3 +319,64 @@ def test_torch_refuses_the_unsigned_dtypes_it_only_stores(dtype):
     with pytest.raises(TypeError, match=rf"dtype {dtype}: torch has no arithmetic on it"):
         ndl.Tensor(np.array([1, 2], dtype=dtype)).to(d)
     assert (ndl.Tensor(np.array([250, 10], np.uint8), device=d) + 1).numpy().tolist() == [251, 11]
+
+
+def test_importing_jax_leaves_other_threads_draws_alone():
+    """import_jax restored numpy's global state after the import (jax's k8s module draws 5
+    numbers), rewinding every draw another thread made meanwhile: seeded weights came out
+    different, some repeated. Now the importing thread alone draws from a private state."""
+    pytest.importorskip("jax")
+    out = run_python("""
+        import threading, time
+        import numpy as np, needle as ndl
+        def draws():
+            np.random.seed(0)
+            out = []
+            for _ in range(60):
+                out.append(np.random.rand(4))
+                time.sleep(0.005)
+            return out
+        reference, got = draws(), {}
+        other = threading.Thread(target=lambda: got.setdefault("draws", draws()))
+        other.start()
+        time.sleep(0.02)
+        assert ndl.jax().enabled()  # imports jax in this thread meanwhile
+        other.join()
+        print(sum(not np.array_equal(a, b) for a, b in zip(reference, got["draws"])))
+        """)
+    assert out.strip().splitlines()[-1] == "0", out
+
+
+def test_deferred_checks_are_raised_in_the_thread_that_made_them(monkeypatch):
+    """An accelerator defers index checks to the next read: the list was the device's, so
+    another thread's next read raised this thread's bad id, and this thread's read returned
+    row 0 silently. Each thread now keeps its own (simulated on torch:cpu)."""
+    dev = ndl.torch()
+    if not dev.enabled():
+        pytest.skip(dev.unavailable_reason())
+    monkeypatch.setattr(TorchDevice, "defers_checks", property(lambda self: True))
+    emb = ndl.nn.Embedding(10, 4, device=dev)
+    made, read = threading.Event(), threading.Event()
+    out = {}
+
+    def bad_request():
+        with ndl.no_grad():
+            y = emb(ndl.Tensor(np.array([[1, 42]]), device=dev, dtype="int64"))
+        made.set()
+        read.wait()
+        try:
+            y.numpy()
+            out["bad"] = "returned"
+        except ValueError as e:
+            out["bad"] = str(e)
+
+    def other_work():
+        made.wait()
+        out["other"] = float((ndl.Tensor(np.ones(3, np.float32), device=dev) * 2).sum().numpy())
+        read.set()
+    threads = [threading.Thread(target=bad_request), threading.Thread(target=other_work)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert out == {"other": 6.0, "bad": "Embedding: indices must be in [0, 10), found 42"}
