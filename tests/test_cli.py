@@ -175,6 +175,10 @@ def test_epochs_extends_a_finished_run(fast, tmp_path, capsys):
     capsys.readouterr()
     assert train.main(["--resume", str(ck), "--quiet"]) == 0
     assert "nothing to do" in capsys.readouterr().out
+    if curves.matplotlib_available():  # --plot with nothing to train said nothing, drew nothing
+        plot = tmp_path / "p.png"
+        assert train.main(["--resume", str(ck), "--quiet", "--plot", str(plot)]) == 0
+        assert f"no epochs to draw to {plot}" in capsys.readouterr().out and not plot.exists()
     assert train.main(["--resume", str(ck), "--epochs", "2", "--quiet"]) == 0
     assert ", 2 epochs, " in capsys.readouterr().out
     state = ndl.load(ck)
@@ -591,6 +595,31 @@ def test_resnet9_trains_on_a_cifar_folder(tmp_path, capsys):
     assert "ResNet9 on CIFAR-10, 20 training / 4 test images" in out
     assert out.splitlines()[-1].startswith("final: test accuracy")
     assert ndl.load(tmp_path / "ck.npz")["config"]["augment"] == 4
+
+
+def test_running_out_of_memory_is_one_line(monkeypatch, capsys):
+    """--hidden-dim 100000000 ended in numpy's _ArrayMemoryError traceback."""
+    def setup(parser, args):
+        raise MemoryError("Unable to allocate 584. GiB")
+    monkeypatch.setattr(train, "setup", setup)
+    assert train.main(["--quiet"]) == 1
+    assert capsys.readouterr().err.strip() == (
+        "needle-train: out of memory building the run (Unable to allocate 584. GiB); try a "
+        "smaller --hidden-dim or --batch-size")
+
+
+def test_a_downloaded_run_resumes_from_its_checkpoint_alone(tmp_path, monkeypatch, capsys):
+    """The checkpoint kept --data-dir as given (None: the cache), not the folder --download
+    fetched into, so `--resume ck.npz` alone (what the stop line suggests) was refused."""
+    (tmp_path / "cache").mkdir()
+    data = write_cifar(tmp_path / "cache" / "cifar-10-batches-py")
+    monkeypatch.setattr(train.train_data, "download", lambda *args: str(data))
+    ck = tmp_path / "ck.npz"
+    assert train.main(["--model", "resnet9", "--download", "--epochs", "2", "--batch-size",
+                       "10", "--checkpoint", str(ck), "--stop-after", "1", "--quiet"]) == 0
+    assert ndl.load(ck)["config"]["data_dir"] == str(data)
+    assert train.main(["--resume", str(ck), "--quiet"]) == 0
+    assert ndl.load(ck)["epoch"] == 2
 
 
 # ----- --model rnn and --model lstm: language models on PTB ---------------------------------

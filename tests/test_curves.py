@@ -201,3 +201,15 @@ def test_needle_plot_leaves_out_values_it_cannot_draw(tmp_path, matplotlib, caps
     # the curves: train loss, test loss, train accuracy (%), test accuracy (%); None: a gap
     assert [[None if math.isnan(v) else v for v in curve] for curve in drawn] == [
         [None, 1.25, None], [None, 1.0, 0.5], [25.0, 75.0, None], [50.0, 62.5, 75.0]]
+
+
+def test_needle_plot_never_draws_over_its_log(tmp_path, capsys, matplotlib):
+    """A log named run.png (needle-train takes any name) was overwritten by its own figure,
+    the default output: the log was lost."""
+    log = tmp_path / "run.png"
+    log.write_text(CSV)
+    for argv in ([str(log)], [str(log), "-o", str(tmp_path / "." / "run.png")]):
+        with pytest.raises(SystemExit) as info:
+            curves.main(argv)
+        assert info.value.code == 2 and "is the log itself" in capsys.readouterr().err
+    assert log.read_text() == CSV

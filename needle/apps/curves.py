@@ -329,6 +329,10 @@ def main(argv: list[str] | None = None) -> int:
     out = args.output or args.csv.with_suffix(".png")
     if out.suffix.lower() not in FIGURE_FORMATS:
         parser.error(f"-o {out}: name a .png, .svg or .pdf file")
+    if out.resolve() == args.csv.resolve() or (out.exists() and args.csv.exists()
+                                               and os.path.samefile(out, args.csv)):
+        parser.error(f"-o {out}: is the log itself (a log named .png would be overwritten by "
+                     "its figure); name another file with -o")
     _check_folder(parser, "-o", out)
     if not matplotlib_available():
         parser.error(f"needs matplotlib, which is not installed: {PLOT_HINT}")

@@ -144,7 +144,8 @@ def setup(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Run:
     training, test, vocab = _datasets(parser, data_config, device)
     if args.distributed:
         training, test = _shard(parser, config, training, test)
-    run = Run(config, device, training, test, *_model(config, device, vocab), checkpoint,
+    # (the folder --download fetched into is saved: `--resume FILE` alone reads it again)
+    run = Run(data_config, device, training, test, *_model(config, device, vocab), checkpoint,
               args.resume, stop_after=args.stop_after, quiet=args.quiet,
               compile=not args.no_compile, cuda_graph=cuda_graph)
     if stored is not None:
@@ -321,8 +322,11 @@ def _summary(run: Run, m: dict[str, Any]) -> str:
     """The last line: the final result, where a stopped run continues, or nothing to do."""
     total = run.config["epochs"]
     if "test_err" not in m:
+        unplotted = run.log is not None and run.log.plot_path is not None and not run.log.rows
         return (f"needle-train: nothing to do: {run.resume} already has {m['epoch']} of "
-                f"{_plural(total, 'epoch')} (a larger --epochs extends the run)")
+                f"{_plural(total, 'epoch')} (a larger --epochs extends the run)"
+                + (f"; no epochs to draw to {run.log.plot_path} (needle-plot draws a "
+                   "--log-csv log)" if unplotted else ""))
     result, train_result = run.entry.kind.results(m)
     if m["epoch"] < total:
         return (f"stopped after epoch {m['epoch']} of {total} ({result}); continue with "
@@ -362,6 +366,10 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return _fail(f"interrupted {where}; {_last_checkpoint(run)}", 130)
     except TrainingStopped as e:
         return _fail(str(e), 1)
+    except MemoryError as e:  # (a model or batch too big for this machine: --hidden-dim 1e8)
+        where = "building the run" if run is None else "training"
+        return _fail(f"out of memory {where} ({e}); try a smaller --hidden-dim or "
+                     f"--batch-size", 1)
     print(_summary(run, metrics))
     return 0
 
