@@ -46,7 +46,10 @@ class Device(Layout, DLPackExchange):
         self._dtypes: dict[Any, Any] = {}
         self._reason: str | None = None  # unavailable_reason(), once probed
         self._generator: Any = None  # the training generator, made on first draw
-        self._local = threading.local()  # this thread's deferred checks (`_pending`)
+        # deferred checks: (thread, 0-d bool array, message function); each thread's read
+        # raises its own and those of threads that ended (whose results another thread reads)
+        self._pending: list = []
+        self._pending_lock = threading.Lock()
         self._seed: int | None = Device.global_seed  # None: seed from numpy's state
         self._dlpack_device: tuple[int, int] | None = None
 
@@ -251,39 +254,36 @@ class Device(Layout, DLPackExchange):
     #: deferred checks kept at most before they are read (one sync per this many)
     MAX_PENDING = 64
 
-    @property
-    def _pending(self) -> list:
-        """This thread's deferred checks, (0-d bool array, message function) pairs: each
-        thread's bad input is raised in that thread, at its next read."""
-        try:
-            return self._local.pending
-        except AttributeError:
-            self._local.pending = []
-            return self._local.pending
-
-    @_pending.setter
-    def _pending(self, value: list) -> None:
-        self._local.pending = value
-
     def defer_check(self, bad: Any, message: Callable[[], str]) -> None:
         """Remember `bad`, a 0-d bool array of this device that must be False; if it is
-        not, the next read to the host (`to_numpy`) raises ValueError(message())."""
-        self._pending.append((bad, message))
-        if len(self._pending) >= self.MAX_PENDING:
+        not, this thread's next read to the host (`to_numpy`) raises ValueError(message())."""
+        with self._pending_lock:
+            self._pending.append((threading.current_thread(), bad, message))
+            full = len(self._pending) >= self.MAX_PENDING
+        if full:
             self.check_pending()
 
     def discard_pending(self) -> None:
-        """Forget the deferred checks (of arrays a failed CUDA-graph capture never computed)."""
-        self._pending = []
+        """Forget this thread's deferred checks (of arrays a failed CUDA-graph capture never
+        computed)."""
+        me = threading.current_thread()
+        with self._pending_lock:
+            self._pending = [p for p in self._pending if p[0] is not me]
 
     def check_pending(self) -> None:
-        """Read every deferred check at once; raise the first that failed."""
-        pending, self._pending = self._pending, []
+        """Read this thread's deferred checks (and those of threads that ended) at once;
+        raise the first that failed. Another live thread's stay for its own next read."""
+        me = threading.current_thread()
+        with self._pending_lock:
+            pending, rest = [], []
+            for p in self._pending:
+                (pending if p[0] is me or not p[0].is_alive() else rest).append(p)
+            self._pending = rest
         if not pending:
             return
         xp = self.xp
-        flags = self.to_numpy(xp.stack([xp.reshape(bad, ()) for bad, _ in pending]))
-        for flag, (_, message) in zip(flags, pending):
+        flags = self.to_numpy(xp.stack([xp.reshape(bad, ()) for _, bad, _ in pending]))
+        for flag, (_, _, message) in zip(flags, pending):
             if flag:
                 raise ValueError(message())
 

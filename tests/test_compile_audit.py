@@ -428,3 +428,27 @@ def test_an_argument_also_read_deep_in_a_closure_records_again(device):
     other = _const(np.full((2, 2), 5.0), device)
     for x in (w, other, w):
         _same([compiled(x)], [step(x)])
+
+
+def test_a_draw_kept_on_a_module_raises_and_an_unchanged_setting_replays(device):
+    """A draw kept on a Module (`self.noise = init.randn(...)`) stayed the recording's at
+    every replay, silently; assigning a setting its same value at every call recorded the
+    step again at every call (20 captures for 20 calls)."""
+    class Noisy(nn.Module):
+        def forward(self, x):
+            self.noise = ndl.init.randn(*x.shape, device=x.device, requires_grad=False)
+            return x + self.noise
+    noisy = Noisy()
+    x = _const(np.ones((2, 2)), device)
+    with pytest.raises(ndl.CompileError, match="kept as Noisy.noise"):
+        ndl.compile(lambda x: noisy(x).sum())(x)
+    drop, lin = nn.Dropout(0.0), nn.Linear(2, 2, device=device)
+
+    @ndl.compile
+    def step(x):
+        out = drop(lin(x))
+        drop.p = 0.0  # the same value each call
+        return out
+    for _ in range(5):
+        step(x)
+    assert step.captures == 1

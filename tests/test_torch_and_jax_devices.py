@@ -380,3 +380,21 @@ def test_deferred_checks_are_raised_in_the_thread_that_made_them(monkeypatch):
     for t in threads:
         t.join()
     assert out == {"other": 6.0, "bad": "Embedding: indices must be in [0, 10), found 42"}
+
+
+def test_a_finished_threads_deferred_checks_are_raised_by_the_reader(monkeypatch):
+    """A worker made the lookup with a bad id and ended; the per-thread lists lost its
+    check and the main thread's read returned row 0 silently. A finished thread's checks
+    are raised by the next read of any thread."""
+    dev = ndl.torch()
+    if not dev.enabled():
+        pytest.skip(dev.unavailable_reason())
+    monkeypatch.setattr(TorchDevice, "defers_checks", property(lambda self: True))
+    emb = ndl.nn.Embedding(5, 2, device=dev)
+    out = {}
+    worker = threading.Thread(target=lambda: out.setdefault(
+        "y", emb(ndl.Tensor(np.array([[1, 7]]), device=dev, dtype="int64"))))
+    worker.start()
+    worker.join()
+    with pytest.raises(ValueError, match=r"Embedding: indices must be in \[0, 5\), found 7"):
+        out["y"].numpy()

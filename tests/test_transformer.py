@@ -581,3 +581,33 @@ def test_a_custom_position_module_gets_a_tensor(device):
     out, _ = m(ndl.Tensor(np.random.default_rng(1).standard_normal((5, 3, 8)), dtype="float32",
                           device=device))
     assert seen == [ndl.Tensor] and out.shape == (5, 3, 8)
+
+
+def test_a_course_mask_override_and_the_course_steps_compile(device):
+    """The course's create_causal_mask(i, j, device) takes no dtype and returns an NDArray:
+    the course-steps path called it with dtype= (a TypeError) and could not add an NDArray;
+    its default mask was raw array code, which ndl.compile refused."""
+    import needle.backend_ndarray as nd
+
+    rng = np.random.default_rng(2)
+    q, k, v = (ndl.Tensor(rng.standard_normal((1, 2, 3, 4)), dtype="float32", device=device)
+               for _ in range(3))
+
+    class CourseMask(MultiHeadAttention):
+        def create_causal_mask(self, i, j, device):
+            mask = -np.finfo(np.float32).max * np.triu(np.ones((1, 1, i, j), np.float32),
+                                                        j - i + 1)
+            return nd.array(mask, device=device)
+    fused = MultiHeadAttention(causal=True)(q, k, v)
+    for a, b in zip(fused, CourseMask(causal=True)(q, k, v)):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-7)
+
+    class Steps(MultiHeadAttention):
+        def softmax(self, logit):
+            return super().softmax(logit)
+    layer = AttentionLayer(8, 2, 4, causal=True, device=device)
+    layer.attn = Steps(causal=True)
+    x = ndl.Tensor(rng.standard_normal((2, 3, 8)), dtype="float32", device=device)
+    step = ndl.compile(lambda x: layer(x).sum())
+    assert [step(x).numpy() for _ in range(3)] == [layer(x).sum().numpy()] * 3
+    assert step.captures == 1

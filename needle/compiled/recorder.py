@@ -22,6 +22,9 @@ from ..autograd.graph import Value
 from .state import StateHooks
 from .support import CompileError, describe, has_array, is_array, is_module, listed, where
 
+#: the device methods that draw random numbers (their results differ at every replay)
+DRAWS = frozenset({"rand", "randn", "random", "uniform", "normal", "bernoulli"})
+
 
 class Recorder(StateHooks):
     """The program of one step, written while the step runs eagerly (see the module doc)."""
@@ -53,7 +56,9 @@ class Recorder(StateHooks):
         self.last: dict[int, Any] = {}  # id(outside Value) -> the data the program knows it has
         self.modules: dict[int, tuple] = {}  # id(Module) -> (Module, training, _assigned)
         self.moded: set[int] = set()  # ids of Modules whose mode the step sets itself
-        self.op_outputs: set[int] = set()  # ids of the arrays the step's graph ops computed
+        #: slots whose arrays differ between replays (ops', array functions' and draws'
+        #: results), unlike constants (host data, zeros): a Module may not keep them
+        self.varying: set[int] = set()
         self.pending: dict = {}  # id(host value) -> (value, slot, kind, where, device, lines)
         self.depth = 0  # > 0 inside a call recorded as one step: nothing below is recorded
         self.draw_devices: dict[int, Any] = {}  # devices whose generator the step draws from
@@ -231,8 +236,15 @@ class Recorder(StateHooks):
         who = f"an input of {type(op).__name__}"
         exprs = [self.value(x, who) for x in inputs]
         out = self._run_op(op, arrays, exprs, op.saves)
-        self.op_outputs.add(id(out[0]))
+        self._varies(out[0])
         return out
+
+    def _varies(self, out: Any) -> None:
+        """Mark the slots of `out` (an array, or a tuple or list of them) as varying."""
+        for obj in (out, *(out if isinstance(out, (tuple, list)) else ())):
+            slot = self.slot_of.get(id(obj))
+            if slot is not None and self.obj(slot) is obj:
+                self.varying.add(slot)
 
     def evaluate(self, op: Any, inputs: tuple) -> Any:
         """An op called on raw arrays (a gradient rule's): compute's output."""
@@ -287,7 +299,9 @@ class Recorder(StateHooks):
         who = f"an argument of {getattr(fn, '__qualname__', fn)}"
         exprs = [self.array(a, True, who) for a in args]
         exprs += [f"{k}={self.array(v, True, who)}" for k, v in kwargs.items()]
-        return self._run_call(fn, unwrapped, kwargs, exprs)
+        out = self._run_call(fn, unwrapped, kwargs, exprs)
+        self._varies(out)
+        return out
 
     def device_call(self, method: Any, device: Any, args: tuple, kwargs: dict) -> Any:
         """A device's creation or draw: run again at replay (host data is a constant; a
@@ -300,7 +314,10 @@ class Recorder(StateHooks):
         who = f"an argument of {type(device).__name__}.{method.__name__}"
         exprs = [self.const(device)] + [self.array(a, False, who) for a in args]
         exprs += [f"{k}={self.array(v, False, who)}" for k, v in kwargs.items()]
-        return self._run_call(method, (device,) + raw, kwargs, exprs)
+        out = self._run_call(method, (device,) + raw, kwargs, exprs)
+        if method.__name__ in DRAWS or any(isinstance(a, Value) for a in args):
+            self._varies(out)  # (a draw, or a copy of the step's data; not host constants)
+        return out
 
     def _run_call(self, fn: Any, args: Any, kwargs: dict, exprs: list[str]) -> Any:
         self.depth += 1

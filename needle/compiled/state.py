@@ -94,14 +94,14 @@ class StateHooks:
 
     def module_set(self, m: Any, name: str, value: Any) -> None:
         """`m.name = value` inside the step, where a replay runs no Python: a Tensor the step
-        computed, or an argument, kept on a Module (an RNN's hidden state as `self.h`) would
-        stay the recording's. (A setting assigned after the Module's first call, a schedule's
+        computed or drew, or an argument, kept on a Module (an RNN's hidden state as `self.h`)
+        would stay the recording's. (A setting assigned after the Module's first call, a schedule's
         `drop.p = p`, makes the next call record again: the guard reads `_assigned` as it
         was at that call; a constant made in the step, a cached mask, stays valid.)"""
         if not self.active() or not isinstance(value, Value):
             return
-        if id(value) in self.args or (not self.outside(value) and id(value._array) in
-                                      self.op_outputs and self.known(value._array)):
+        slot = None if self.outside(value) else self.known(value._array)
+        if id(value) in self.args or (slot is not None and int(slot[1:]) in self.varying):
             raise CompileError(
                 f"ndl.compile({self.name}): a Tensor the step computed (or an argument) is "
                 f"kept as {type(m).__name__}.{name} at {where()}: replays would leave the "

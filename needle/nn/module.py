@@ -111,6 +111,19 @@ def _indent(text: str, spaces: int = 2) -> str:
     return "\n".join([lines[0]] + [" " * spaces + line for line in lines[1:]])
 
 
+_MISSING = object()
+
+
+def _same_setting(old: Any, new: Any) -> bool:
+    """Whether assigning `new` over `old` changes nothing (the same object, or an equal
+    number, string, bool or None: `drop.p = 0.0` again is no new setting for ndl.compile)."""
+    if old is new:
+        return True
+    if type(old) is not type(new) or type(new) not in (int, float, str, bool, type(None)):
+        return False
+    return repr(old) == repr(new)  # (floats: -0.0 is not 0.0, NaN is NaN)
+
+
 class Module:
     """Base class of layers and models: holds Parameters, buffers and child Modules.
 
@@ -148,7 +161,8 @@ class Module:
         if name != "training":
             if graph._TRACER is not None:  # ndl.compile: what a replay would not repeat
                 graph._TRACER.module_set(self, name, value)
-            if not isinstance(value, Tensor) or name in buffers or isinstance(value, Parameter):
+            if ((not isinstance(value, Tensor) or name in buffers or isinstance(value, Parameter))
+                    and not _same_setting(self.__dict__.get(name, _MISSING), value)):
                 object.__setattr__(self, "_assigned", self._assigned + 1)
         if name in buffers:
             if isinstance(value, (Parameter, Module)):

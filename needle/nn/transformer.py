@@ -9,6 +9,7 @@ state gives the course's weights; dropout masks are drawn in forward order.
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any
 
@@ -43,6 +44,14 @@ def _c_order(x: Tensor) -> Tensor:
 
 
 @array_function
+def _causal_mask(xp: Any, i: int, j: int, at: Any, dtype: Any) -> Any:
+    """(1, 1, i, j): mask_value where a key comes after its query (the i queries being the
+    last i of the j keys), 0 elsewhere (an array function: ndl.compile records it)."""
+    later = xp.arange(j, device=at)[None, :] > xp.arange(j - i, j, device=at)[:, None]
+    return xp.reshape(xp.astype(later, dtype) * mask_value(xp, dtype), (1, 1, i, j))
+
+
+@array_function
 def _arange(xp, n: int, at):
     """0, 1, ..., n - 1 as an array on the native device `at`."""
     return xp.arange(n, device=at)
@@ -59,6 +68,8 @@ class MultiHeadAttention(Module):
         super().__init_subclass__(**kwargs)
         cls._course_steps = any(getattr(cls, name) is not getattr(MultiHeadAttention, name)
                                 for name in ("matmul", "softmax", "create_causal_mask"))
+        # the course's create_causal_mask(i, j, device) takes no dtype
+        cls._mask_takes_dtype = "dtype" in inspect.signature(cls.create_causal_mask).parameters
 
     def __init__(self, *, dropout: float = 0.0, causal: bool = False,
                  device: Device | None = None, dtype: str = "float32"):
@@ -76,11 +87,8 @@ class MultiHeadAttention(Module):
                              f"the first queries would see no key (a causal mask needs "
                              f"T_q <= T_k)")
         xp = device.xp
-        at = device.native
         dtype = getattr(xp, dtype) if isinstance(dtype, str) else dtype
-        later = xp.arange(j, device=at)[None, :] > xp.arange(j - i, j, device=at)[:, None]
-        mask = xp.astype(later, dtype) * mask_value(xp, dtype)
-        return Tensor.make_const(xp.reshape(mask, (1, 1, i, j)), device=device)
+        return Tensor.make_const(_causal_mask(xp, i, j, device.native, dtype), device=device)
 
     def matmul(self, a: Tensor, b_transpose: Tensor) -> Tensor:
         """a @ b_transpose^T over the last two axes (the course's batched product)."""
@@ -109,7 +117,11 @@ class MultiHeadAttention(Module):
         if self._course_steps:  # the course's steps, each a method a subclass may override
             logits = self.matmul(q, k) / math.sqrt(D)
             if self.causal:
-                mask = self.create_causal_mask(T, T_k, q.device, dtype=q.dtype.name)
+                mask = (self.create_causal_mask(T, T_k, q.device, dtype=q.dtype.name)
+                        if self._mask_takes_dtype else
+                        self.create_causal_mask(T, T_k, q.device))  # (the course's signature)
+                if not isinstance(mask, Tensor):  # the course's NDArray, or an array
+                    mask = Tensor(mask, device=q.device, dtype=q.dtype, requires_grad=False)
                 logits = logits + ops.broadcast_to(mask, logits.shape)
             probs = self.dropout(self.softmax(logits))
             return self.matmul(probs, ops.transpose(v)), probs
