@@ -22,6 +22,7 @@ from .reductions import _TYPES, HELPERS, _threads
 #: the course's causal mask value, -np.finfo(np.float32).max (needle/ops/softmax.py's NEG_MAX)
 NEG_MAX = -3.4028234663852886e38
 _ADDENDS: dict[tuple, np.ndarray] = {}  # (rows, columns, dtype) -> the causal mask's addend
+MAX_ADDENDS = 64  # masks kept at most (cleared beyond, as conv_torch's shapes are)
 
 
 def _causal_addend(rows: int, cols: int, dtype: np.dtype) -> np.ndarray:
@@ -30,6 +31,8 @@ def _causal_addend(rows: int, cols: int, dtype: np.dtype) -> np.ndarray:
     key = (rows, cols, dtype)
     addend = _ADDENDS.get(key)
     if addend is None:
+        if len(_ADDENDS) >= MAX_ADDENDS:  # (decoding one length after another: ~4 L^3 / 3
+            _ADDENDS.clear()  # bytes kept for lengths up to L)
         later = np.arange(cols)[None, :] > np.arange(cols - rows, cols)[:, None]
         # (float16: its lowest finite number, as a mask of -inf has NaN = 0 * -inf entries)
         addend = _ADDENDS[key] = later.astype(dtype) * max(NEG_MAX, -float(np.finfo(dtype).max))

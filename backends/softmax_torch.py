@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from .softmax import NEG_MAX
+from .softmax import MAX_ADDENDS, NEG_MAX
 
 _softmax = torch.ops.aten._softmax.default
 _softmax_backward = torch.ops.aten._softmax_backward_data.default
@@ -26,6 +26,8 @@ def _causal_addend(rows: int, cols: int, dtype: torch.dtype, device: torch.devic
     key = (rows, cols, dtype, device)
     addend = _ADDENDS.get(key)
     if addend is None:
+        if len(_ADDENDS) >= MAX_ADDENDS:  # (a mask per length: bounded, as on the cpu)
+            _ADDENDS.clear()
         later = (torch.arange(cols, device=device)[None, :]
                  > torch.arange(cols - rows, cols, device=device)[:, None])
         addend = _ADDENDS[key] = later.to(dtype) * NEG_MAX

@@ -257,3 +257,13 @@ def test_cpu_cross_entropy_kernel_equals_the_portable_op_to_the_bit(dtype):
     for a, b in zip(fast, portable):
         assert a.dtype == b.dtype and a.shape == b.shape
         np.testing.assert_array_equal(a, b)
+
+
+def test_the_causal_mask_cache_is_bounded():
+    """One mask per (rows, columns, dtype) was kept forever: decoding lengths 1..400 kept
+    82 MiB (about 4 L^3 / 3 bytes up to length L)."""
+    from needle.backends import softmax as cpu_softmax
+
+    for t in range(1, 3 * cpu_softmax.MAX_ADDENDS):
+        cpu_softmax._causal_addend(t, t, np.dtype("float32"))
+        assert len(cpu_softmax._ADDENDS) <= cpu_softmax.MAX_ADDENDS

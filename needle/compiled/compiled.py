@@ -66,7 +66,11 @@ def signature(args: tuple, kwargs: dict) -> tuple[tuple, list[Tensor], list[Any]
             return ("id", id(obj))
         return (kind, obj)
 
-    return (_grad_enabled(), walk(args), walk(kwargs)), tensors, pinned
+    try:
+        return (_grad_enabled(), walk(args), walk(kwargs)), tensors, pinned
+    finally:
+        walk = None  # noqa: F841 (the closure's cell held walk itself: a cycle that kept every
+        # call's argument Tensors alive until the garbage collector ran)
 
 
 class Compiled:

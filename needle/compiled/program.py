@@ -43,6 +43,19 @@ def detached(obj: Any) -> Any:
     return obj
 
 
+
+def _slow_guard(guards: list, seen: list) -> Any:
+    """check(i): the slow guard of Tensor i, the same requires_grad, device, shape and dtype
+    as recorded (Retrace otherwise); its data is then the one the fast guard expects."""
+    def check(i: int) -> None:
+        v, requires_grad, shape, dtype, device = guards[i]
+        data = v._array
+        if v.requires_grad is not requires_grad or v.device != device or (shape is not None and (
+                tuple(data.shape) != shape or data.dtype != dtype)):
+            raise Retrace
+        seen[i] = data
+    return check
+
 class Program:
     """The replayable form of one recorded step (called with the new Tensor arguments)."""
 
@@ -100,7 +113,10 @@ class Program:
         linecache.cache[filename] = (len(self.source), None,  # (tracebacks show the line)
                                      self.source.splitlines(True), filename)
         weakref.finalize(self, linecache.cache.pop, filename, None)
-        scope = dict(rec.consts, _seen=self.seen, _check=self._check, _Retrace=Retrace,
+        # (the slow guard as a function of the guards alone: a bound method in the scope
+        # would make program -> replay -> scope -> program, a cycle only gc frees)
+        scope = dict(rec.consts, _seen=self.seen, _check=_slow_guard(self.guards, self.seen),
+                     _Retrace=Retrace,
                      _mark_modified=mark_modified, _tensor=_tensor, _host=HOST_READS,
                      _grad_of=_grad_of, _grad_now=_grad_now, _grad_was_none=_grad_was_none)
         exec(compile(self.source, filename, "exec"), scope)  # noqa: S102 (our own source)
@@ -151,15 +167,6 @@ class Program:
                 "dicts and namedtuples of them "
                 "(this one would be the first call's every time); return one of those")
         return rec.const(obj)
-
-    def _check(self, i: int) -> None:
-        """The slow guard of Tensor i: same requires_grad, device, shape and dtype as recorded."""
-        v, requires_grad, shape, dtype, device = self.guards[i]
-        data = v._array
-        if v.requires_grad is not requires_grad or v.device != device or (shape is not None and (
-                tuple(data.shape) != shape or data.dtype != dtype)):
-            raise Retrace
-        self.seen[i] = data
 
     def __call__(self, tensors: list) -> Any:
         if self.check is not None:
