@@ -257,9 +257,11 @@ class Device(Layout, DLPackExchange):
     def defer_check(self, bad: Any, message: Callable[[], str]) -> None:
         """Remember `bad`, a 0-d bool array of this device that must be False; if it is
         not, this thread's next read to the host (`to_numpy`) raises ValueError(message())."""
+        me = threading.current_thread()
         with self._pending_lock:
-            self._pending.append((threading.current_thread(), bad, message))
-            full = len(self._pending) >= self.MAX_PENDING
+            self._pending.append((me, bad, message))
+            full = sum(p[0] is me for p in self._pending) >= self.MAX_PENDING  # (this
+            # thread's: another's unread checks must not make every lookup here a read)
         if full:
             self.check_pending()
 

@@ -478,3 +478,38 @@ def test_arguments_and_programs_are_freed_without_the_garbage_collector(device):
     finally:
         if was_enabled:
             gc.enable()
+
+
+def test_what_depends_on_the_arguments_is_varying_and_a_mutated_list_records_again(device):
+    """(The fourth review.) A one-hot of the labels kept on a Module stayed the recording's
+    (array functions and device calls on the step's data were taken for constants), while a
+    helper of constants cached on a Module was refused; a list changed in place and
+    assigned back was taken as no change (4.0 replayed where eager gave 12.0); the same
+    numpy scalar assigned at every call recorded at every call."""
+    class Keep(nn.Module):
+        def forward(self, x, y):
+            self.y1h = ndl.init.one_hot(3, y, device=device)
+            return (x * self.y1h).sum()
+    keep = Keep()
+    x = _const(np.ones((2, 3)), device)
+    y = _const([0, 1], device, np.int64)
+    with pytest.raises(ndl.CompileError, match="kept as Keep.y1h"):
+        ndl.compile(lambda x, y: keep(x, y))(x, y)
+
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.s = [1.0]
+
+        def forward(self, x):
+            self.k = np.float64(2.0)  # the same numpy scalar each call: no change
+            return x * self.s[0] * self.k
+    m = Scaled()
+    step = ndl.compile(lambda x: m(x).sum())
+    for _ in range(3):
+        step(x)
+    assert step.captures == 2  # (k's first assignment came after m's first call)
+    s = m.s
+    s[0] = 3.0
+    m.s = s
+    _same([step(x)], [m(x).sum()])

@@ -235,9 +235,27 @@ class Recorder(StateHooks):
             return op.compute(*arrays), None
         who = f"an input of {type(op).__name__}"
         exprs = [self.value(x, who) for x in inputs]
+        varying = self._reads_varying(arrays)  # (before: an output may be an input array)
         out = self._run_op(op, arrays, exprs, op.saves)
-        self._varies(out[0])
+        if varying:
+            self._varies(out[0])
         return out
+
+    def _reads_varying(self, items: Any) -> bool:
+        """Whether any array among `items` (arrays, Values, tuples or lists of them) may
+        differ at a replay: the step's arguments, data of Tensors made before it, and what
+        was computed from them or drawn."""
+        for item in items:
+            if isinstance(item, (tuple, list)):
+                if self._reads_varying(item):
+                    return True
+                continue
+            array = item._array if isinstance(item, Value) else item
+            slot = self.slot_of.get(id(array))
+            if slot is not None and self.obj(slot) is array and (
+                    slot in self.varying or slot in self.origin):
+                return True
+        return False
 
     def _varies(self, out: Any) -> None:
         """Mark the slots of `out` (an array, or a tuple or list of them) as varying."""
@@ -299,8 +317,10 @@ class Recorder(StateHooks):
         who = f"an argument of {getattr(fn, '__qualname__', fn)}"
         exprs = [self.array(a, True, who) for a in args]
         exprs += [f"{k}={self.array(v, True, who)}" for k, v in kwargs.items()]
+        varying = self._reads_varying([*args, *kwargs.values()])
         out = self._run_call(fn, unwrapped, kwargs, exprs)
-        self._varies(out)
+        if varying:
+            self._varies(out)  # (a helper of constants gives a constant)
         return out
 
     def device_call(self, method: Any, device: Any, args: tuple, kwargs: dict) -> Any:
@@ -314,9 +334,10 @@ class Recorder(StateHooks):
         who = f"an argument of {type(device).__name__}.{method.__name__}"
         exprs = [self.const(device)] + [self.array(a, False, who) for a in args]
         exprs += [f"{k}={self.array(v, False, who)}" for k, v in kwargs.items()]
+        varying = method.__name__ in DRAWS or self._reads_varying([*args, *kwargs.values()])
         out = self._run_call(method, (device,) + raw, kwargs, exprs)
-        if method.__name__ in DRAWS or any(isinstance(a, Value) for a in args):
-            self._varies(out)  # (a draw, or a copy of the step's data; not host constants)
+        if varying:
+            self._varies(out)  # (a draw, or made from the step's data; not host constants)
         return out
 
     def _run_call(self, fn: Any, args: Any, kwargs: dict, exprs: list[str]) -> Any:

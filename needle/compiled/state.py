@@ -100,8 +100,8 @@ class StateHooks:
         was at that call; a constant made in the step, a cached mask, stays valid.)"""
         if not self.active() or not isinstance(value, Value):
             return
-        slot = None if self.outside(value) else self.known(value._array)
-        if id(value) in self.args or (slot is not None and int(slot[1:]) in self.varying):
+        if id(value) in self.args or (not self.outside(value)
+                                      and self._reads_varying([value._array])):
             raise CompileError(
                 f"ndl.compile({self.name}): a Tensor the step computed (or an argument) is "
                 f"kept as {type(m).__name__}.{name} at {where()}: replays would leave the "

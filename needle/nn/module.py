@@ -115,13 +115,21 @@ _MISSING = object()
 
 
 def _same_setting(old: Any, new: Any) -> bool:
-    """Whether assigning `new` over `old` changes nothing (the same object, or an equal
-    number, string, bool or None: `drop.p = 0.0` again is no new setting for ndl.compile)."""
-    if old is new:
+    """Whether assigning `new` over `old` changes nothing for ndl.compile: the same Tensor
+    or Module, or an equal immutable value (a number, numpy's too, a string, bool, None, or
+    a tuple of them: `drop.p = 0.0` again). The same list or array, perhaps changed in
+    place, is a change."""
+    if old is new and isinstance(new, (Tensor, Module)):
         return True
-    if type(old) is not type(new) or type(new) not in (int, float, str, bool, type(None)):
-        return False
-    return repr(old) == repr(new)  # (floats: -0.0 is not 0.0, NaN is NaN)
+    return type(old) is type(new) and _immutable(new) and repr(old) == repr(new)
+
+
+def _immutable(value: Any) -> bool:
+    """A number (numpy's scalars too), string, bool, None, or a tuple of those."""
+    if isinstance(value, tuple):
+        return all(map(_immutable, value))
+    return type(value) in (int, float, str, bool, type(None)) or (
+        type(value).__module__ == "numpy" and getattr(value, "shape", None) == ())
 
 
 class Module:
