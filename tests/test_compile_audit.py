@@ -513,3 +513,18 @@ def test_what_depends_on_the_arguments_is_varying_and_a_mutated_list_records_aga
     s[0] = 3.0
     m.s = s
     _same([step(x)], [m(x).sum()])
+
+    class Zero(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c = np.array(1.0)  # a 0-d array: mutable, unlike a numpy scalar
+
+        def forward(self, x):
+            return x * float(self.c)
+    z = Zero()
+    step = ndl.compile(lambda x: z(x).sum())
+    step(x)
+    c = z.c
+    c[()] = 5.0
+    z.c = c
+    _same([step(x)], [z(x).sum()])

@@ -128,8 +128,9 @@ def _immutable(value: Any) -> bool:
     """A number (numpy's scalars too), string, bool, None, or a tuple of those."""
     if isinstance(value, tuple):
         return all(map(_immutable, value))
-    return type(value) in (int, float, str, bool, type(None)) or (
-        type(value).__module__ == "numpy" and getattr(value, "shape", None) == ())
+    kind = type(value)
+    return kind in (int, float, str, bool, type(None)) or (  # (a 0-d ndarray is mutable)
+        kind.__module__ == "numpy" and kind.__name__ != "ndarray" and value.shape == ())
 
 
 class Module:
