@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 from typing import Any
 
 
@@ -30,6 +31,21 @@ def real(owner: str, name: str, value: Any) -> float:
         except (TypeError, ValueError):  # an array of several numbers, say
             pass
     raise TypeError(f"{owner}: {name} must be a real number, found {kind.__name__}")
+
+
+def integer(owner: str, name: str, value: Any, low: int | None = None) -> int:
+    """`value` as an int (numpy's integers too, never a bool or float): a TypeError naming
+    it otherwise, a ValueError below `low`."""
+    try:
+        if _is_bool(value):
+            raise TypeError
+        number = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{owner}: {name} must be an integer, found {value!r} "
+                        f"({type(value).__name__})") from None
+    if low is not None and number < low:
+        raise ValueError(f"{owner}: {name} must be >= {low}, found {number}")
+    return number
 
 
 def finite(owner: str, name: str, value: Any) -> float:

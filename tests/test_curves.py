@@ -28,6 +28,22 @@ epoch,train_loss,train_accuracy,test_loss,test_accuracy,lr,seconds
 """
 
 
+def test_a_perplexity_past_floats_is_inf(tmp_path):
+    """(An audit.) A diverging language model's finite loss above ~709.8 crashed the run
+    in math.exp (no checkpoint, no log row); its perplexity is inf, which the log keeps."""
+    assert curves.perplexity(1e6) == math.inf and curves.perplexity(2.0) == math.exp(2.0)
+    path = tmp_path / "lm.csv"
+    log = curves.EpochLog(True, "lm", path)
+    log.record(1, {"train_loss": 1e6, "train_err": 0.0, "test_loss": 3.0, "test_err": 0.0,
+                   "seconds": 1.0}, 0.1)
+    columns, rows = curves.read_csv(path)
+    assert rows[0]["train_perplexity"] == math.inf
+    assert rows[0]["test_perplexity"] == pytest.approx(math.exp(3.0))
+    from needle.apps.train_models import LANGUAGE
+    line = LANGUAGE.epoch_line(1, {"train_loss": 1e6, "test_loss": 3.0})
+    assert "train perplexity inf" in line
+
+
 @pytest.fixture
 def matplotlib():
     return pytest.importorskip("matplotlib", reason="matplotlib is not installed "

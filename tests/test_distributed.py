@@ -145,6 +145,29 @@ def test_sampler_draws_the_loaders_permutation_and_set_epoch_changes_a_seeded_on
         dist.DistributedSampler(10, 2, 2)
 
 
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(shuffle="False"), TypeError, "shuffle must be True or False"),  # (shuffled)
+    (dict(shuffle=False, drop_last="False"), TypeError, "drop_last"),  # (dropped index 4)
+    (dict(pad=1), TypeError, "pad must be True or False"),
+    (dict(num_replicas=2.5), TypeError, "num_replicas must be an integer"),  # (was 2)
+    (dict(size=5.7), TypeError, "size must be an integer"),  # (was 5)
+    (dict(rank="0"), TypeError, "rank must be an integer"),  # (was Python's '<=' error)
+    (dict(seed=1.5), TypeError, "seed must be an integer"),
+    (dict(size=-1), ValueError, "size must be >= 0"),
+    (dict(num_replicas=0), ValueError, "num_replicas must be >= 1"),
+])
+def test_sampler_arguments_are_checked(kwargs, error, message):
+    """(An audit.) Strings, floats and ints as flags and sizes were taken silently."""
+    args = dict(size=5, num_replicas=2, rank=0, **{})
+    args.update(kwargs)
+    with pytest.raises(error, match=message):
+        dist.DistributedSampler(**args)
+    ok = dist.DistributedSampler(np.int64(5), np.int64(2), np.int64(1), shuffle=np.False_)
+    assert list(ok) == [1, 3, 0] and ok.shuffle is False
+    with pytest.raises(TypeError, match="epoch must be an integer"):
+        ok.set_epoch(1.5)
+
+
 def test_dataloader_with_a_sampler_batches_its_shard():
     data = ndl.data.NDArrayDataset(np.arange(10.0).reshape(10, 1))
     sampler = dist.DistributedSampler(10, 2, 1, shuffle=False)

@@ -132,6 +132,26 @@ def test_get_batch_out_of_range():
         get_batch(batches, 0, 0)
 
 
+def test_sizes_must_be_integers(tmp_path):
+    """(An audit.) Floats gave Python's slice error; True was batch_size 1."""
+    for size in (2.5, True, "2"):
+        with pytest.raises(TypeError, match="batchify: batch_size must be an integer"):
+            batchify(list(range(26)), size)
+    batches = batchify(list(range(26)), np.int64(4))  # numpy's integers are integers
+    assert batches.shape == (6, 4)
+    with pytest.raises(TypeError, match="get_batch: bptt must be an integer"):
+        get_batch(batches, 0, 2.5)
+    with pytest.raises(TypeError, match="get_batch: i must be an integer"):
+        get_batch(batches, 1.0, 2)
+    (tmp_path / "train.txt").write_text("a b\nc\n")
+    (tmp_path / "test.txt").write_text("d\n")
+    with pytest.raises(TypeError, match="max_lines"):
+        Corpus(tmp_path, max_lines=1.5)
+    with pytest.raises(ValueError, match="max_lines .* must be >= 0, found -1"):
+        Corpus(tmp_path, max_lines=-1)
+    assert len(Corpus(tmp_path, max_lines=np.int32(1)).train) == 3
+
+
 # ----- the built-in corpus -----------------------------------------------------------------
 def test_builtin_file_is_intact():
     folder = builtin_ptb_dir()

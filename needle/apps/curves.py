@@ -35,6 +35,14 @@ PLOT_HINT = "pip install needle[plot] (or: pip install matplotlib)"
 Row = dict[str, float]
 
 
+def perplexity(loss: float) -> float:
+    """exp(`loss`), inf where that overflows a float (a diverging run's loss above ~709.8)."""
+    try:
+        return math.exp(loss)
+    except OverflowError:
+        return math.inf
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add --log-csv, --plot and --plot-every-epoch to needle-train's command line."""
     add = parser.add_argument
@@ -136,7 +144,7 @@ class EpochLog:
     def record(self, epoch: int, metrics: dict[str, Any], lr: float) -> None:
         """Add the row of `epoch` (from needle-train's metrics), write the CSV, maybe draw."""
         lm = self.columns is LM_COLUMNS
-        score = (lambda loss, err: math.exp(loss)) if lm else (lambda loss, err: 1.0 - err)
+        score = (lambda loss, err: perplexity(loss)) if lm else (lambda loss, err: 1.0 - err)
         row = dict(zip(self.columns, (
             epoch, metrics["train_loss"], score(metrics["train_loss"], metrics["train_err"]),
             metrics["test_loss"], score(metrics["test_loss"], metrics["test_err"]), lr,

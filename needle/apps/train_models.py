@@ -4,13 +4,13 @@ model, which say how a model is fed and how its results read."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import needle.nn as nn
 from needle.apps import train_data
+from needle.apps.curves import perplexity
 from needle.apps.epoch_loop import LMWindows
 from needle.apps.mlp_resnet import MLPResNet
 from needle.apps.mnist_cnn import MNISTConvNet
@@ -71,7 +71,7 @@ class LanguageModels(Kind):
 
 
 def _perplexity(loss: float) -> str:
-    return f"{math.exp(loss):.2f}"
+    return f"{perplexity(loss):.2f}"
 
 
 IMAGE, LANGUAGE = Kind(), LanguageModels()

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ..arguments import integer
 from ..autograd import Tensor
 from .dataset import builtin_data_dir
 
@@ -74,9 +75,7 @@ def _head(lines: list[str], max_lines: int | None) -> list[str]:
     """The first `max_lines` of `lines` (all when None)."""
     if max_lines is None:
         return lines
-    if max_lines < 0:
-        raise ValueError(f"max_lines must be None or at least 0, got {max_lines}")
-    return lines[:max_lines]
+    return lines[:integer("Corpus", "max_lines (None: all lines)", max_lines, 0)]
 
 
 def tokenize_lines(lines: Iterable[str], dictionary: Dictionary) -> list[int]:
@@ -121,8 +120,7 @@ def batchify(
     Column j holds data[j*nbatch:(j+1)*nbatch]; the tail that fills no whole row is dropped.
     `device` is accepted for the course's signature and unused: the result is a numpy array.
     """
-    if batch_size < 1:
-        raise ValueError(f"batchify: batch_size must be at least 1, got {batch_size}")
+    batch_size = integer("batchify", "batch_size", batch_size, 1)
     nbatch = len(data) // batch_size
     if nbatch < 1:
         raise ValueError(
@@ -139,6 +137,7 @@ def get_batch(
 
     L = min(bptt, nbatch - 1 - i): the last batch of an epoch may be shorter than `bptt`.
     """
+    i, bptt = integer("get_batch", "i", i), integer("get_batch", "bptt", bptt)
     nbatch = batches.shape[0]
     seq_len = min(bptt, nbatch - 1 - i)
     if i < 0 or seq_len < 1:

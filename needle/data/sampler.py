@@ -7,6 +7,8 @@ from typing import Iterator
 
 import numpy as np
 
+from ..arguments import flag, integer
+
 
 class DistributedSampler:
     """The dataset indices of rank `rank` of `num_replicas`, for `DataLoader(sampler=...)`.
@@ -25,18 +27,23 @@ class DistributedSampler:
 
     def __init__(self, size: int, num_replicas: int, rank: int, shuffle: bool = True,
                  seed: int | None = None, drop_last: bool = False, pad: bool = True):
-        if num_replicas < 1 or not 0 <= rank < num_replicas:
+        owner = "DistributedSampler"
+        size = integer(owner, "size", size, 0)
+        num_replicas = integer(owner, "num_replicas", num_replicas, 1)
+        rank = integer(owner, "rank", rank)
+        if not 0 <= rank < num_replicas:
             raise ValueError(f"DistributedSampler: rank {rank} is not in a world of "
                              f"{num_replicas}")
-        if size < 0:
-            raise ValueError(f"DistributedSampler: size must be >= 0, got {size}")
-        self.size, self.num_replicas, self.rank = int(size), int(num_replicas), int(rank)
-        self.shuffle, self.seed, self.drop_last, self.pad = bool(shuffle), seed, drop_last, pad
+        seed = None if seed is None else integer(owner, "seed", seed)
+        self.size, self.num_replicas, self.rank, self.seed = size, num_replicas, rank, seed
+        self.shuffle = flag(owner, "shuffle", shuffle)  # (a string is true to Python)
+        self.drop_last = flag(owner, "drop_last", drop_last)
+        self.pad = flag(owner, "pad", pad)
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
         """Use epoch `epoch`'s permutation (with `seed`: RandomState(seed + epoch))."""
-        self.epoch = int(epoch)
+        self.epoch = integer("DistributedSampler", "epoch", epoch)
 
     def total(self) -> int:
         """Indices over all ranks after padding or truncation."""

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import operator
 import warnings
 from typing import Any, Iterator, Mapping
 
-from ..arguments import flag
+from ..arguments import flag, integer
 from ..autograd import Tensor, graph, mark_modified
 from ..autograd.tensor_checks import check_device
 from ..backends import Device
@@ -25,16 +24,7 @@ class Parameter(Tensor):
 
 def check_size(owner: str, name: str, value: Any) -> int:
     """`value` as an int >= 1: a TypeError for non-integers (bools too), ValueError below 1."""
-    if isinstance(value, bool):
-        raise TypeError(f"{owner}: {name} must be an integer, found {value!r}")
-    try:
-        size = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{owner}: {name} must be an integer, found {value!r} "
-                        f"({type(value).__name__})") from None
-    if size < 1:
-        raise ValueError(f"{owner}: {name} must be >= 1, found {size}")
-    return size
+    return integer(owner, name, value, 1)
 
 
 def _items(obj: Any) -> Any:
