@@ -18,6 +18,7 @@ killed before their `os.replace` are removed; one that another process is still 
 from __future__ import annotations
 
 import errno
+import io
 import math
 import os
 import re
@@ -77,8 +78,22 @@ def member_stand_in(key: str) -> str:
     return text + "..." if len(key) > 100 else text
 
 
-def write_archive(path: str | os.PathLike, arrays: dict[str, Any], manifest: bytes) -> None:
-    """Write `arrays` (numpy arrays or scalars by member name) and `manifest` to `path`.
+def is_file(target: Any) -> bool:
+    """Whether `target` is an open file object (io.BytesIO, open(..., "wb")), not a path."""
+    return hasattr(target, "write") or hasattr(target, "read")
+
+
+def where(target: Any) -> str:
+    """`target` (a path or a file object) as load's and save's messages name it."""
+    if is_file(target):
+        name = getattr(target, "name", None)
+        return f"the {type(target).__name__}" + (f" {name!r}" if isinstance(name, str) else "")
+    return repr(os.fspath(target))
+
+
+def write_archive(path: Any, arrays: dict[str, Any], manifest: bytes) -> None:
+    """Write `arrays` (numpy arrays or scalars by member name) and `manifest` to `path`
+    (atomically), or to an open binary file object at its position.
 
     Every member name must fit a zip name (`member_name_fits`): one that does not is a
     ValueError before anything is written."""
@@ -102,7 +117,13 @@ def write_archive(path: str | os.PathLike, arrays: dict[str, Any], manifest: byt
                 with zf.open(key + ".npy", "w", force_zip64=True) as member:
                     np.lib.format.write_array(member, array, allow_pickle=False)
 
-    write_atomically(path, write)
+    if is_file(path):
+        if not hasattr(path, "write") or isinstance(path, io.TextIOBase):
+            raise TypeError(f"save: {where(path)} is no binary file open for writing "
+                            "(open it with \"wb\")")
+        write(path)
+    else:
+        write_atomically(path, write)
 
 
 def write_atomically(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> None:
@@ -128,43 +149,62 @@ def write_atomically(path: str | os.PathLike, write: Callable[[BinaryIO], None])
     _remove_stale_temporaries(directory, name)
 
 
-def read_archive(path: str | os.PathLike) -> tuple[bytes, dict[str, np.ndarray]]:
-    """(manifest bytes, {member name: array}) of an archive written by `write_archive`.
+def read_archive(path: Any) -> tuple[bytes, dict[str, np.ndarray]]:
+    """(manifest bytes, {member name: array}) of an archive written by `write_archive`, from
+    a path or a seekable binary file object (read from its start).
 
     A missing file raises FileNotFoundError; anything unreadable a ValueError naming it.
     needle writes stored (uncompressed) members only, so a compressed member is refused
     (it could inflate without bound), and no member may declare more bytes than the file
     holds: reading allocates at most the file's size.
     """
-    path = os.fspath(path)
-    try:
-        f = open(path, "rb")
-    except FileNotFoundError:
-        raise
-    except OSError as e:
-        raise ValueError(f"load: {path!r} is not a readable needle checkpoint ({e})") from e
-    with f:
-        head = f.read(32)
-        f.seek(0)
+    if is_file(path):
+        if isinstance(path, io.TextIOBase):
+            raise TypeError(f"load: {where(path)} is open in text mode; open it with \"rb\"")
         try:
-            with zipfile.ZipFile(f) as zf:
-                arrays = _read_members(zf, os.fstat(f.fileno()).st_size)
-        except zipfile.BadZipFile as e:
-            if not head.startswith(b"PK"):
-                raise ValueError(f"load: {path!r} is not a needle checkpoint: it is "
-                                 f"{_what_it_is(head)}, not a zip (.npz) archive") from None
+            size = path.seek(0, os.SEEK_END)
+        except (AttributeError, OSError):  # (io.UnsupportedOperation is an OSError)
+            raise TypeError(f"load: {where(path)} is no seekable binary file (a zip archive "
+                            "is read from its end)") from None
+        arrays = _read_file(path, where(path), size)
+    else:
+        path = os.fspath(path)
+        try:
+            f = open(path, "rb")
+        except FileNotFoundError:
+            raise
+        except OSError as e:
             raise ValueError(f"load: {path!r} is not a readable needle checkpoint ({e})") from e
-        except _ArchiveError as e:
-            raise ValueError(f"load: {path!r} {e}") from None
-        except Exception as e:  # truncated or corrupt: ValueError, OSError, EOFError, ...
-            raise ValueError(f"load: {path!r} is not a readable needle checkpoint ({e})") from e
+        with f:
+            arrays = _read_file(f, repr(path), os.fstat(f.fileno()).st_size)
+    path = where(path)
     if MANIFEST not in arrays:
-        raise ValueError(f"load: {path!r} has no {MANIFEST!r} member: not a needle checkpoint")
+        raise ValueError(f"load: {path} has no {MANIFEST!r} member: not a needle checkpoint")
     manifest = arrays.pop(MANIFEST)
     if manifest.dtype != np.uint8 or manifest.ndim != 1:
-        raise ValueError(f"load: {path!r} has a corrupt manifest (a {manifest.dtype} array of "
+        raise ValueError(f"load: {path} has a corrupt manifest (a {manifest.dtype} array of "
                          f"shape {manifest.shape}, expected uint8 bytes)")
     return manifest.tobytes(), arrays
+
+
+def _read_file(f: BinaryIO, path: str, size: int) -> dict[str, np.ndarray]:
+    """The members of the archive in file `f` (`size` bytes), named `path` in errors."""
+    f.seek(0)
+    head = f.read(32)
+    f.seek(0)
+    try:
+        with zipfile.ZipFile(f) as zf:
+            arrays = _read_members(zf, size)
+    except zipfile.BadZipFile as e:
+        if not head.startswith(b"PK"):
+            raise ValueError(f"load: {path} is not a needle checkpoint: it is "
+                             f"{_what_it_is(head)}, not a zip (.npz) archive") from None
+        raise ValueError(f"load: {path} is not a readable needle checkpoint ({e})") from e
+    except _ArchiveError as e:
+        raise ValueError(f"load: {path} {e}") from None
+    except Exception as e:  # truncated or corrupt: ValueError, OSError, EOFError, ...
+        raise ValueError(f"load: {path} is not a readable needle checkpoint ({e})") from e
+    return arrays
 
 
 class _ArchiveError(ValueError):

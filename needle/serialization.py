@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, BinaryIO
 
 from .archive import (
     MANIFEST,
@@ -22,6 +22,7 @@ from .archive import (
     member_name_fits,
     member_stand_in,
     read_archive,
+    where,
     write_archive,
 )
 from .autograd import Tensor
@@ -39,9 +40,10 @@ class _FileError(ValueError):
     """A load problem with its own message (not "corrupt manifest"); load adds the path."""
 
 
-def save(obj: Any, path: str | os.PathLike) -> None:
+def save(obj: Any, path: str | os.PathLike | BinaryIO) -> None:
     """Write `obj` (nested dicts/lists/tuples of Tensors, numpy arrays, Python scalars,
-    strings and None) to `path` as an `.npz`, atomically and bit-exactly (a Parameter loads
+    strings and None) to `path` as an `.npz`, atomically and bit-exactly, or to an open
+    binary file object such as io.BytesIO, at its position (a Parameter loads
     as a Parameter; other subclasses as their base: a namedtuple or torch.Size as a tuple,
     an IntEnum as an int)."""
     arrays: dict[str, Any] = {}
@@ -50,11 +52,12 @@ def save(obj: Any, path: str | os.PathLike) -> None:
     write_archive(path, arrays, manifest.encode("utf-8"))
 
 
-def load(path: str | os.PathLike, device: Device | None = None) -> Any:
-    """Read a checkpoint written by `save`; Tensors are restored on `device` (default cpu)."""
+def load(path: str | os.PathLike | BinaryIO, device: Device | None = None) -> Any:
+    """Read a checkpoint written by `save` from a path or a seekable binary file object
+    (from its start); Tensors are restored on `device` (default cpu)."""
     device = cpu() if device is None else device
-    path = os.fspath(path)
     raw, arrays = read_archive(path)
+    path = where(path)
     try:
         try:
             manifest = json.loads(raw.decode("utf-8"))
@@ -64,9 +67,9 @@ def load(path: str | os.PathLike, device: Device | None = None) -> Any:
         _check_header(manifest)
         return _decode(manifest["tree"], arrays, device, "", 0)
     except _FileError as e:
-        raise ValueError(f"load: {path!r} {e}") from None
+        raise ValueError(f"load: {path} {e}") from None
     except (ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
-        raise ValueError(f"load: {path!r} has a corrupt manifest ({e!r})") from e
+        raise ValueError(f"load: {path} has a corrupt manifest ({e!r})") from e
 
 
 def save_safetensors(module_or_state_dict: Any, path: str | os.PathLike,
