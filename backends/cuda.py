@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import types
+import warnings
 from typing import Any, Callable
 
 import numpy as np
@@ -90,6 +91,27 @@ def _joined(lib: Any, arrays: list, axis: int) -> Any:
 _NO_SWITCH = contextlib.nullcontext()
 
 
+#: the indices of the GPUs whose cuda device this process has used
+_IN_USE: set[int] = set()
+
+
+def take_gpu(native: Any, index: int, gpus: int, in_use: set[int]) -> str:
+    """At the first use of cuda(`index`) (`native`, its cupy Device) among `gpus` visible
+    GPUs: make it cupy's current GPU if it is the first this process uses, as cupy computes
+    plain array operations and makes arrays on its current GPU (needle's own kernels switch
+    GPUs themselves); else the text of a warning that a second GPU is not switched to."""
+    first = not in_use
+    in_use.add(index)
+    if len(in_use) == 1:
+        if first and gpus > 1:
+            native.use()
+        return ""
+    return (f"cuda({index}): this process already uses GPU(s) "
+            f"{sorted(in_use - {index})}; cupy computes array operations on its current GPU "
+            "and needle switches GPUs for its own kernels only, so run each GPU's work "
+            f"inside `with ndl.cuda(i).native:` (one process per GPU needs nothing)")
+
+
 def launch_scope(native: Any, gpus: int) -> Any:
     """The context needle's kernels launch in on GPU `native` (a cupy Device) of `gpus`
     visible ones: the Device itself, which makes its GPU current (and the previous one again
@@ -129,7 +151,11 @@ class CUDADevice(Device):
         self._cupy, self._cupyx = cupy, cupyx
         capturing = lambda: self.capture_matmul is not None  # noqa: E731 (set while captured)
         native = cupy.cuda.Device(self.index)
-        self._current = launch_scope(native, cupy.cuda.runtime.getDeviceCount())
+        gpus = cupy.cuda.runtime.getDeviceCount()
+        self._current = launch_scope(native, gpus)
+        message = take_gpu(native, self.index, gpus, _IN_USE)
+        if message:
+            warnings.warn(message, RuntimeWarning, stacklevel=4)
         return direct_namespace(compat, cupy, capturing), native
 
     @property

@@ -354,6 +354,8 @@ class Device(Layout, DLPackExchange):
             target = np.dtype(self.public_dtype(dt))
             if target.kind in "iu" and not self.defers_checks:  # (a read: host memory only)
                 check_fits(self.to_numpy(obj), target)
+            elif target.kind in "iu":
+                self._defer_fits(obj, target)
             return xp.astype(obj, dt)  # a copy
         host = host_array(obj)
         if host.dtype.kind not in NUMERIC_KINDS:
@@ -367,6 +369,27 @@ class Device(Layout, DLPackExchange):
                 check_fits(host, target)
             host = host.astype(target, copy=False)
         return self.from_numpy(host)
+
+
+    def _defer_fits(self, obj: Any, target: np.dtype) -> None:
+        """check_fits of this device's array `obj` for integer dtype `target` as a deferred
+        check (no read now): a ValueError at this thread's next read where a value would
+        wrap, as check_fits raises at once for host data."""
+        xp, source = self.xp, np.dtype(self.public_dtype(obj.dtype))
+        kind, info = source.kind, np.iinfo(target)
+        if kind == "f":  # (info.max + 1 as a float: 2.0**63 must not pass for int64)
+            bad = ~xp.isfinite(obj) | (obj < float(info.min)) | (obj >= float(info.max) + 1)
+        elif kind in "iu":
+            have = np.iinfo(source)
+            if have.min >= info.min and have.max <= info.max:
+                return  # every value of obj's dtype fits
+            low, high = max(info.min, have.min), min(info.max, have.max)
+            bad = (obj < low) | (obj > high)
+        else:  # bools fit every integer dtype
+            return
+        message = (f"data of dtype {source} holds values out of the range of dtype {target} "
+                   f"[{info.min}, {info.max}]" + (" (or NaN or infinity)" if kind == "f" else ""))
+        self.defer_check(xp.any(bad), lambda: message)
 
 
 record_calls(Device)

@@ -131,7 +131,10 @@ class DirectLaunch:
         try:
             pack(buf, args)
             g, b = grid + (1, 1), block + (1, 1)  # (tuples: a list is cupy's to take)
+            if g[0] > 0x7FFFFFFF or g[1] > 0xFFFF or g[2] > 0xFFFF:
+                raise TypeError  # (beyond CUDA's grid: cupy's error, no direct failure)
         except (AttributeError, TypeError, struct.error):  # cupy's call (and its errors)
+            self._check_scalars(args)
             return self.kernel(grid, block, args, shared_mem=shared_mem)
         try:
             self.launch(self._function, g[0], g[1], g[2], b[0], b[1], b[2], shared_mem,
@@ -139,6 +142,14 @@ class DirectLaunch:
         except Exception as e:  # (a thread with no CUDA context yet, say): cupy's call
             _failed(e)
             self.kernel(grid, block, args, shared_mem=shared_mem)
+
+    def _check_scalars(self, args: tuple) -> None:
+        """TypeError for an array given for a scalar parameter: cupy's launch would pass
+        its address as the number."""
+        for i, (t, a) in enumerate(zip(self._types or (), args)):
+            if t != "*" and isinstance(a, self.cupy.ndarray):
+                raise TypeError(f"kernel {self.kernel!r}: argument {i} is an array where the "
+                                f"kernel takes a {t}; pass a number (or a numpy scalar)")
 
     def _prepare(self) -> Any:
         """The packer (False where the signature has a type not packed here) and the

@@ -421,6 +421,27 @@ def test_kernels_launch_in_their_gpus_scope_switching_only_among_several():
     assert entered == [] and launch_scope(native, 1) is launch_scope(Native(), 1)
 
 
+def test_the_first_gpu_a_process_uses_is_made_current_and_a_second_warns():
+    """(no GPU; a GPU audit) cupy makes arrays and computes on its current GPU, so with
+    several GPUs cuda(1) put new arrays (zeros, masks, the optimizer's copies) on GPU 0.
+    The first GPU a process uses is made current; a second one gets a warning saying how
+    to switch."""
+    from needle.backends.cuda import take_gpu
+
+    used = []
+
+    class Native:
+        def use(self):
+            used.append("use")
+
+    in_use: set[int] = set()
+    assert take_gpu(Native(), 1, 2, in_use) == "" and used == ["use"]
+    message = take_gpu(Native(), 0, 2, in_use)
+    assert "cuda(0): this process already uses GPU(s) [1]" in message
+    assert "with ndl.cuda(i).native:" in message and used == ["use"]
+    assert take_gpu(Native(), 0, 1, set()) == "" and used == ["use"]  # one GPU: nothing to do
+
+
 def test_kernels_launch_scope_on_the_gpu(gpu):
     cupy = gpu.cupy
     several = cupy.cuda.runtime.getDeviceCount() > 1

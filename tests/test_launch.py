@@ -129,6 +129,23 @@ def test_what_does_not_fit_the_signature_takes_cupys_launch(args, grid):
     assert launches == [] and kernel.calls == [(grid, (32,), args, 0)]
 
 
+def test_an_array_for_a_scalar_parameter_is_a_type_error():
+    """(A GPU audit.) cupy's launch passes any array as its address: a 0-d array given for
+    `long long n` would be read as a huge count."""
+    run, launches, kernel = stand_ins("const T* x, long long n")
+    with pytest.raises(TypeError, match="argument 1 is an array where the kernel takes a "
+                                        "long long"):
+        run((1,), (32,), (FakeArray(8), FakeArray(16)))
+    assert launches == [] and kernel.calls == []
+
+
+def test_a_grid_beyond_cudas_limits_is_cupys_to_refuse_not_a_direct_failure():
+    run, launches, kernel = stand_ins("const T* x, long long n")
+    for grid in ((2**31,), (1, 65536)):
+        run(grid, (32,), (FakeArray(8), np.int64(1)))
+    assert launches == [] and len(kernel.calls) == 2 and launch._FAILURES == []
+
+
 def test_a_kernel_with_a_type_not_packed_here_takes_cupys_launch():
     run, launches, kernel = stand_ins("const T* x, long long n")
     run._types, run.n = None, -1  # (as parameters() gives for, say, a `half`)
