@@ -328,6 +328,23 @@ def test_language_model_gives_every_parameter_a_gradient(seq_model, seq_len, dev
     assert missing == []
 
 
+def test_a_transformer_language_model_may_have_a_wider_mlp_than_its_embedding(device):
+    """(A course-port audit.) The hw4_extra notebook's LanguageModel(20, vocab,
+    hidden_size=32, seq_model='transformer') was refused: the transformer keeps the
+    embedding width (hidden_size is its MLP's), so the Linear layer reads embedding_size."""
+    from needle.apps.models import LanguageModel
+
+    np.random.seed(0)
+    lm = LanguageModel(20, 11, hidden_size=32, num_layers=1, seq_model="transformer",
+                       seq_len=20, device=device)
+    assert lm.linear.weight.shape == (20, 11)
+    logits, _ = lm(ndl.Tensor(np.random.randint(0, 11, (5, 3)), device=device,
+                              dtype="float32"))
+    assert logits.shape == (15, 11)
+    ndl.ops.summation(logits).backward()
+    assert all(p.grad is not None for p in lm.parameters())
+
+
 def test_language_model_refuses_other_sequence_models():
     from needle.apps.models import LanguageModel
 

@@ -611,3 +611,30 @@ def test_a_course_mask_override_and_the_course_steps_compile(device):
     step = ndl.compile(lambda x: layer(x).sum())
     assert [step(x).numpy() for _ in range(3)] == [layer(x).sum().numpy()] * 3
     assert step.captures == 1
+
+
+def test_the_course_attention_modules_keep_device_and_dtype(device):
+    """(A course-port audit.) The hw4_extra skeletons set self.device and self.dtype, and the
+    course's forward calls self.create_causal_mask(i, j, self.device): an AttributeError
+    here. Module.to keeps them current."""
+    from needle.nn import AttentionLayer, Transformer, TransformerLayer
+
+    rng = np.random.default_rng(3)
+    q = ndl.Tensor(rng.standard_normal((1, 2, 3, 4)), dtype="float32", device=device)
+
+    class CourseForward(MultiHeadAttention):
+        def forward(self, q, k, v):
+            mask = self.create_causal_mask(q.shape[2], k.shape[2], self.device)
+            logits = self.matmul(q, k) / np.sqrt(q.shape[-1])
+            return self.softmax(logits + ndl.broadcast_to(mask, logits.shape))
+    m = CourseForward(causal=True, device=device)
+    probs = m(q, q, q).numpy()
+    assert not np.triu(probs[0, 0], 1).any()
+    np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-6)
+    for module in (m, AttentionLayer(4, 2, 2, device=device),
+                   TransformerLayer(4, 2, 2, 8, device=device),
+                   Transformer(4, 8, 1, device=device, dtype="float32")):
+        assert module.device is device and module.dtype == "float32"
+    unplaced = MultiHeadAttention()
+    assert unplaced.device is None
+    assert unplaced.to(device).device is device

@@ -71,10 +71,6 @@ class LanguageModel(nn.Module):
         if seq_model not in ("rnn", "lstm", "transformer"):
             raise ValueError(f"LanguageModel: seq_model must be 'rnn', 'lstm' or "
                              f"'transformer', got {seq_model!r}")
-        if seq_model == "transformer" and embedding_size != hidden_size:
-            raise ValueError(f"LanguageModel: the transformer keeps the embedding width, so "
-                             f"embedding_size ({embedding_size}) must equal hidden_size "
-                             f"({hidden_size})")
         self.embedding_size, self.output_size = embedding_size, output_size
         self.hidden_size, self.num_layers = hidden_size, num_layers
         self.seq_len = seq_len
@@ -86,7 +82,9 @@ class LanguageModel(nn.Module):
             seq = nn.RNN if seq_model == "rnn" else nn.LSTM
             self.seq_model = seq(embedding_size, hidden_size, num_layers, device=device,
                                  dtype=dtype)
-        self.linear = nn.Linear(hidden_size, output_size, device=device, dtype=dtype)
+        # (the transformer keeps the embedding width; hidden_size is its MLP's width)
+        self.seq_width = embedding_size if seq_model == "transformer" else hidden_size
+        self.linear = nn.Linear(self.seq_width, output_size, device=device, dtype=dtype)
 
     def forward(self, x: ndl.Tensor, h=None):
         """x (T, B) token ids -> (logits (T*B, output_size), the final hidden state)."""
@@ -95,4 +93,4 @@ class LanguageModel(nn.Module):
                              f"{x.shape}")
         seq_len, batch = x.shape
         out, h = self.seq_model(self.embedding(x), h)
-        return self.linear(ndl.reshape(out, (seq_len * batch, self.hidden_size))), h
+        return self.linear(ndl.reshape(out, (seq_len * batch, self.seq_width))), h

@@ -343,8 +343,11 @@ class Module:
                 if t.grad is not None:
                     grad = device.asarray(t.grad._realize())
                     t.grad = Tensor.make_const(grad, device=device)
-        if moved:
-            for module in [self, *self.descendants()]:
+        for module in [self, *self.descendants()]:
+            held = vars(module).get("device", _MISSING)  # (the course's attribute, or None)
+            if held is None or isinstance(held, Device):
+                module.device = device
+            if moved:
                 module._placed()
         return self
 

@@ -73,7 +73,8 @@ class MultiHeadAttention(Module):
 
     def __init__(self, *, dropout: float = 0.0, causal: bool = False,
                  device: Device | None = None, dtype: str = "float32"):
-        super().__init__()  # device and dtype: the course's signature (no parameters here)
+        super().__init__()
+        self.device, self.dtype = device, dtype  # (the course's: its forward reads them)
         self.causal = flag("MultiHeadAttention", "causal", causal)
         self.dropout = Dropout(dropout)
 
@@ -144,6 +145,7 @@ class AttentionLayer(Module):
                  out_features: int | None = None, dropout: float = 0.0, causal: bool = True,
                  device: Device | None = None, dtype: str = "float32"):
         super().__init__()
+        self.device, self.dtype = device, dtype  # (the course's: its forward reads them)
         self.q_features = q_features = check_size("AttentionLayer", "q_features", q_features)
         k_features = q_features if k_features is None else k_features
         v_features = q_features if v_features is None else v_features
@@ -218,6 +220,7 @@ class TransformerLayer(Module):
                  dropout: float = 0.0, causal: bool = True, device: Device | None = None,
                  dtype: str = "float32"):
         super().__init__()
+        self.device, self.dtype = device, dtype  # (the course's: its forward reads them)
         kw = dict(device=device, dtype=dtype)
         # the course's order: attention, then the two feed-forward Linears (weight, bias each)
         self.attn = AttentionLayer(q_features, num_head, dim_head, dropout=dropout,
@@ -249,6 +252,7 @@ class Transformer(Module):
                  causal: bool = True, device: Device | None = None, dtype: str = "float32",
                  batch_first: bool = False, sequence_len: int = 2048):
         super().__init__()
+        self.device, self.dtype = device, dtype  # (the course's: its forward reads them)
         self.embedding_size = check_size("Transformer", "embedding_size", embedding_size)
         self.hidden_size = check_size("Transformer", "hidden_size", hidden_size)
         self.num_layers = check_size("Transformer", "num_layers", num_layers)
