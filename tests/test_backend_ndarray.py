@@ -98,6 +98,40 @@ def test_ndarray_pad_as_in_the_course(device):
         nd.NDArray(x, device=device).pad(((1, 1),))
 
 
+def test_compact_copies_a_permuted_sliced_or_broadcast_view(device):
+    """(A course-port audit.) compact() returned the view itself and is_compact() was always
+    True, so a write to a compacted permuted view reached the tensor (the course copies)."""
+    data = np.arange(6, dtype=np.float32).reshape(2, 3)
+    t = ndl.Tensor(data, device=device)
+    a = t.realize_cached_data()
+    for view in (a.permute((1, 0)), a[0:1, 1:3], a[0:1].broadcast_to((2, 3)),
+                 a.permute((1, 0)).reshape((6,))):
+        assert not view.is_compact()
+        c = view.compact()
+        assert c is not view and c.is_compact()
+        np.testing.assert_array_equal(c.numpy(), view.numpy())
+        c[(0,) * c.ndim] = 100.0
+    np.testing.assert_array_equal(t.numpy(), data)  # the copies' writes stayed there
+    for same in (a, a.reshape((3, 2)), a[:, :], a.permute((0, 1)), a.broadcast_to((2, 3))):
+        assert same.is_compact() and same.compact() is same
+    whole = a.reshape((3, 2))
+    whole[0:1, 0:1] = 7.0  # a compact view writes through, as before
+    assert t.numpy()[0, 0] == 7.0
+
+
+def test_a_one_element_cached_data_is_a_number_as_the_courses_numpy_one(device):
+    """(A course-port audit.) hw2's epoch() sums `loss.cached_data * n` and the course's test
+    makes np.array of the results: float(), item(), formats and np.array of a list failed."""
+    loss = ndl.Tensor(np.array([1.5, 2.5], np.float32), device=device).sum().cached_data
+    total = loss * 3
+    np.testing.assert_array_equal(np.array([total / 3, 0.5]), [4.0, 0.5])
+    assert float(loss) == 4.0 and loss.item() == 4.0 and int(loss) == 4
+    assert f"{loss:.3f}" == "4.000" and f"{loss}" == str(loss)
+    many = ndl.Tensor(np.ones((2, 2)), device=device).cached_data
+    with pytest.raises(ValueError, match="size 1"):
+        float(many)
+
+
 def test_cached_data_has_the_courses_ndarray_surface(device):
     data = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
     t = ndl.Tensor(data, device=device, requires_grad=True)

@@ -62,12 +62,15 @@ class NDArray(metaclass=_AnyDeviceArray):
     # from (any other: a stale view). Views of a Value's data (`_owner`, a weak reference:
     # a kept view does not keep the graph alive) write to it in the end; `_ver` is the
     # Value's version they show (an optimizer step in place or a .data write since: stale).
-    __slots__ = ("_array", "device", "_parent", "_src", "_link", "_owner", "_ver")
+    # `_loose`: not compact in the course's sense (a permuted, sliced or broadcast view):
+    # compact() copies it, as the course's does, so writes to the copy stay there.
+    __slots__ = ("_array", "device", "_parent", "_src", "_link", "_owner", "_ver", "_loose")
 
     def __init__(self, other: Any, device: Device | None = None):
         made = array(other, dtype="float32", device=device)
         self._array, self.device = made._array, made.device
         self._parent = self._link = self._owner = None
+        self._loose = False
 
     @classmethod
     def view(cls, data: Any, device: Device, parent: Any = None,
@@ -79,6 +82,7 @@ class NDArray(metaclass=_AnyDeviceArray):
         out.device = device
         out._parent = parent
         out._link = link
+        out._loose = False
         if parent is None:
             out._owner = out._ver = None
         else:
@@ -127,12 +131,20 @@ class NDArray(metaclass=_AnyDeviceArray):
                             self.device)
 
     def compact(self) -> NDArray:
-        """Itself: the array library manages the memory layout."""
-        return self
+        """Itself where compact, else a copy of its own (a permuted, sliced or broadcast
+        view, as the course's: writes to the copy do not reach the viewed array)."""
+        if not self._loose:
+            return self
+        return NDArray.view(self.device.asarray(self._array), self.device)
 
     def is_compact(self) -> bool:
-        """True: see `compact`."""
-        return True
+        """Whether it is compact: not a permuted, sliced or broadcast view (nor a reshape
+        of one)."""
+        return not self._loose
+
+    def _marked(self, loose: bool) -> NDArray:
+        self._loose = loose
+        return self
 
     def __len__(self) -> int:
         if not self._array.shape:
@@ -141,6 +153,20 @@ class NDArray(metaclass=_AnyDeviceArray):
 
     def __bool__(self) -> bool:
         return bool(self._array)
+
+    # a one-element array as a number, as the course's hw1/hw2 numpy cached_data was
+    def item(self) -> Any:
+        """The one element as a Python number (ValueError for more elements)."""
+        return self.numpy().item()
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __format__(self, spec: str) -> str:
+        return format(self.item(), spec) if spec else str(self)
 
     def __repr__(self) -> str:
         return f"NDArray({self.numpy()}, device={self.device})"
@@ -158,7 +184,7 @@ class NDArray(metaclass=_AnyDeviceArray):
 
         shape = self.shape
         return NDArray.view(Reshape(new_shape).compute(self._array), self.device, self,
-                            lambda _, new: Reshape(shape).compute(new))
+                            lambda _, new: Reshape(shape).compute(new))._marked(self._loose)
 
     @property
     def flat(self) -> NDArray:
@@ -171,14 +197,16 @@ class NDArray(metaclass=_AnyDeviceArray):
 
         back = tuple(sorted(range(len(new_axes)), key=lambda i: new_axes[i]))
         return NDArray.view(Permute(new_axes).compute(self._array), self.device, self,
-                            lambda _, new: Permute(back).compute(new))
+                            lambda _, new: Permute(back).compute(new))._marked(
+            self._loose or tuple(new_axes) != tuple(range(len(new_axes))))
 
     def broadcast_to(self, new_shape: tuple[int, ...]) -> NDArray:
         """Broadcast to `new_shape` by numpy's rules."""
         from ..ops.movement import BroadcastTo
 
-        return NDArray.view(BroadcastTo(new_shape).compute(self._array), self.device, self,
-                            READ_ONLY)
+        out = NDArray.view(BroadcastTo(new_shape).compute(self._array), self.device, self,
+                           READ_ONLY)
+        return out._marked(self._loose or out.shape != self.shape)
 
     def flip(self, axes: Any) -> NDArray:
         """Reversed along `axes` (an int or a tuple)."""
@@ -198,8 +226,9 @@ class NDArray(metaclass=_AnyDeviceArray):
         from ..ops.movement import GetItem
 
         index = self._index(idxs)
-        return NDArray.view(GetItem(index).compute(self._array), self.device, self,
-                            lambda a, new: self._written(a, index, new))
+        out = NDArray.view(GetItem(index).compute(self._array), self.device, self,
+                           lambda a, new: self._written(a, index, new))
+        return out._marked(self._loose or out.shape != self.shape)
 
     def __setitem__(self, idxs: Any, other: Any) -> None:
         """Write `other` (an NDArray, a Tensor, a device or host array, a number) at `idxs`."""
