@@ -110,3 +110,36 @@ def test_a_nan_gradient_makes_every_gradient_nan(device):
     with np.errstate(invalid="ignore"):
         norm = clip_grad_norm_([p, q], 1.0)
     assert np.isnan(norm.numpy()) and np.isnan(q.grad.numpy()).all()
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, 0.5, 0.0, -1.0, float("inf"), float("-inf")])
+def test_gradients_on_two_devices_take_the_norm_of_one_device(norm_type):
+    """(An optimizer audit.) Across devices the per-device norms were combined on the host
+    by a sum of powers (p = 0 or -1: ZeroDivisionError) and max for either infinity (-inf
+    gave 4.12 for 0.5)."""
+    torch = pytest.importorskip("torch")
+    grads = [np.array([3.0, 0.0]), np.array([4.0, 1.0]), np.array([0.5, 2.0])]
+    devices = [ndl.cpu(), ndl.strict(), ndl.cpu()]
+    params = [Parameter(tensor(np.ones(2), d)) for d in devices]
+    for p, g, d in zip(params, grads, devices):
+        p.grad = tensor(g, d, requires_grad=False)
+    total = clip_grad_norm_(params, 1.0, norm_type)
+    ref = [torch.nn.Parameter(torch.ones(2, dtype=torch.float64)) for _ in grads]
+    for r, g in zip(ref, grads):
+        r.grad = torch.tensor(g)
+    want = torch.nn.utils.clip_grad_norm_(ref, 1.0, norm_type)
+    np.testing.assert_allclose(float(total.numpy()), float(want), rtol=1e-12)
+    for p, r in zip(params, ref):
+        np.testing.assert_allclose(p.grad.numpy(), r.grad.numpy(), rtol=1e-12)
+
+
+def test_error_if_nonfinite(device):
+    params, grads = params_with_grads(device, 1.0)
+    params[0].grad = tensor(np.full((3, 4), np.inf), device, "float32", requires_grad=False)
+    before = [p.grad for p in params]
+    with pytest.raises(RuntimeError, match="total norm of order 2.0 of the gradients is inf"):
+        clip_grad_norm_(params, 1.0, error_if_nonfinite=True)
+    assert [p.grad for p in params] == before  # nothing clipped
+    params, grads = params_with_grads(device, 1.0)
+    total = clip_grad_norm_(params, 1.0, error_if_nonfinite=True)
+    assert np.isfinite(float(total.numpy()))

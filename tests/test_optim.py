@@ -246,6 +246,73 @@ def test_load_state_dict_reports_problems_and_changes_nothing(device):
     assert target.t == 0 and target.state == {} and target.lr == 0.3
 
 
+def test_load_state_dict_checks_the_parameters_count_and_shapes(device):
+    """(An optimizer audit.) A state of 2 parameters loaded into an optimizer of 3 (and an
+    SGD without momentum, which has no state, into anything); PyTorch refuses it."""
+    params = params_on(device)
+    opt = optim.Adam(params, lr=0.1)
+    run(opt, params, device, steps=1)
+    state = opt.state_dict()
+    assert state["shapes"] == [(3, 2), (4,)]
+    more = optim.Adam(params_on(device, shapes=[(3, 2), (4,), (5,)]))
+    with pytest.raises(ValueError, match="the state is of 2 parameters, this optimizer has 3"):
+        more.load_state_dict(state)
+    plain = optim.SGD(params_on(device, shapes=[(3, 2), (5,)]))
+    with pytest.raises(ValueError, match=r"parameter 1 has shape \(5,\), the state's \(4,\)"):
+        plain.load_state_dict(optim.SGD(params_on(device)).state_dict())
+    del state["shapes"]  # an older checkpoint's: loads as before
+    optim.Adam(params_on(device)).load_state_dict(state)
+
+
+def test_a_parameter_replaced_by_another_shape_is_named(device):
+    """(An optimizer audit.) Old moments were broadcast into the new shape on strict and jax
+    and gave each library's raw error elsewhere."""
+    for shapes in ([(3,)], [(3,), (4,)], [BIG]):
+        params = params_on(device, "float32", shapes=shapes)
+        opt = optim.Adam(params, lr=1.0)
+        set_grads(params, [np.ones(s) for s in shapes], device, "float32")
+        opt.step()
+        params[0].data = ndl.Tensor(np.zeros((2, 3)), device=device, dtype="float32")
+        set_grads(params, [np.ones((2, 3))] + [np.ones(s) for s in shapes[1:]], device,
+                  "float32")
+        with pytest.raises(ValueError, match=r"parameter 0 has shape \(2, 3\), but its state "
+                                             r"'m' has shape \(\d+(, \d+)?,?\)"):
+            opt.step()
+
+
+def test_empty_and_repeated_parameter_lists_are_refused():
+    """(An optimizer audit.) A parameter listed twice was updated once (PyTorch and the
+    course update it twice; PyTorch warns that it will be an error)."""
+    w = nn.Parameter(np.ones(3))
+    with pytest.raises(ValueError, match="SGD: parameter 2 is parameter 0 again"):
+        optim.SGD([w, nn.Parameter(np.ones(2)), w])
+    with pytest.raises(ValueError, match="Adam got an empty parameter list"):
+        optim.Adam([])
+
+
+def test_pytorchs_step_closure_and_zero_grad_to_zeros(device):
+    params = params_on(device)
+    opt = optim.SGD(params, lr=0.5)
+
+    def closure():
+        opt.zero_grad()
+        loss = sum((p * p).sum() for p in params)
+        loss.backward()
+        return loss
+    before = [p.numpy().copy() for p in params]
+    with ndl.no_grad():  # (step turns grad mode on for the closure, as PyTorch's)
+        loss = opt.step(closure)
+    assert float(loss.numpy()) == pytest.approx(sum((b * b).sum() for b in before))
+    for p, b in zip(params, before):  # p - 0.5 * 2p
+        np.testing.assert_allclose(p.numpy(), 0.0 * b, atol=1e-12)
+    assert opt.step() is None
+    opt.zero_grad(set_to_none=False)
+    for p in params:
+        assert p.grad.dtype == p.dtype and not p.grad.numpy().any() and p.grad.shape == p.shape
+    opt.zero_grad()
+    assert all(p.grad is None for p in params)
+
+
 # ----- big parameters: updated one by one, outside the flat buffer -----------------------
 BIG = (181, 190)  # 34390 elements, above Optimizer.flat_max_size (32768)
 MIXED = [(3, 2), BIG, (4,), (5,)]  # small ones flat together, the big one on its own

@@ -14,10 +14,11 @@ import functools
 import itertools
 import math
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 from ..autograd import Tensor
 from ..autograd.graph import replayed
+from ..grad_mode import enable_grad
 from ..nn import Module
 from ..optim import Optimizer
 from ..optim.flat import FLAT_CONCAT
@@ -104,8 +105,17 @@ class DistributedOptimizer:
         else:
             setattr(self.optimizer, name, value)
 
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """Call `closure` (with grad mode on) where given, then `_step`; returns its loss."""
+        loss = None
+        if closure is not None:
+            with enable_grad():
+                loss = closure()
+        self._step()
+        return loss
+
     @replayed  # ndl.compile replays the whole of it: the averaging too
-    def step(self) -> None:
+    def _step(self) -> None:
         """Average the gradients over all ranks (unless allreduce_gradients or clip_grad_norm_
         did since they were computed), then update as the wrapped optimizer does."""
         if comm.world_size() > 1:

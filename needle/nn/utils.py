@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Iterable
 
+from ..arguments import flag
 from ..autograd import Tensor
 from ..autograd.graph import replayed
 
@@ -16,7 +17,7 @@ def _norm(xp, array, p: float):
 
 @replayed  # ndl.compile runs it again at replay, on the gradients of that step
 def clip_grad_norm_(parameters: Tensor | Iterable[Tensor], max_norm: float,
-                    norm_type: float = 2.0) -> Tensor:
+                    norm_type: float = 2.0, error_if_nonfinite: bool = False) -> Tensor:
     """Scale every `.grad` by min(1, max_norm / (total_norm + 1e-6)); returns total_norm.
 
     total_norm is the `norm_type`-norm of all the gradients together (parameters whose grad is
@@ -28,6 +29,8 @@ def clip_grad_norm_(parameters: Tensor | Iterable[Tensor], max_norm: float,
     place). Gradients on several devices are combined through the host. Parameters of a
     needle.distributed optimizer have their gradients averaged over the ranks first (its
     step() then does not average them again), so every rank clips the same mean gradient.
+    With `error_if_nonfinite`, a NaN or infinite total norm is a RuntimeError and nothing is
+    clipped (this reads the norm to the host, as PyTorch's does).
     """
     from ..distributed import parallel
 
@@ -50,12 +53,20 @@ def clip_grad_norm_(parameters: Tensor | Iterable[Tensor], max_norm: float,
     totals = {d: _norm(d.xp, d.xp.stack(ns), p) for d, ns in by_device.items()}
     if len(totals) > 1:  # across devices: the per-device norms meet on the host
         norms = [float(d.to_numpy(t)) for d, t in totals.items()]
-        total_norm = max(norms) if math.isinf(p) else math.fsum(n ** p for n in norms) ** (1 / p)
-        first = params[0].grad.device
+        first = params[0].grad.device  # (the p-norm of the norms, p < 0 too; p = 0 counts
+        xp = first.xp  # the nonzero elements: the sum of the counts)
+        total_norm = math.fsum(norms) if p == 0 else float(first.to_numpy(_norm(
+            xp, xp.asarray(norms, dtype=xp.float64, device=first.native), p)))
         totals = {d: d.xp.asarray(total_norm, dtype=d.xp.float64, device=d.native)
                   for d in totals}
     else:
         first = next(iter(totals))
+    if flag("clip_grad_norm_", "error_if_nonfinite", error_if_nonfinite):
+        total = float(first.to_numpy(totals[first]))
+        if not math.isfinite(total):
+            raise RuntimeError(f"clip_grad_norm_: the total norm of order {p} of the gradients "
+                               f"is {total}, so they cannot be clipped (error_if_nonfinite="
+                               "False scales them by it anyway)")
     factors = {}
     for d, total in totals.items():
         coef = max_norm / (total + 1e-6)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from ..arguments import check_range
 from ..autograd import Tensor, graph, mark_modified
 from ..autograd.graph import replayed
 from ..backends import device_of
+from ..grad_mode import enable_grad
 from .flat import FLAT_CONCAT, _FlatGroup
 
 
@@ -39,7 +40,14 @@ def _parameter_list(owner: str, params: Any) -> list[Tensor]:
     except TypeError:
         raise TypeError(f"{owner}: the params argument should be an iterable of Tensors "
                         f"({hint}), but got {type(params).__name__}") from None
+    if not params:
+        raise ValueError(f"{owner} got an empty parameter list")
+    seen: dict[int, int] = {}
     for i, p in enumerate(params):
+        j = seen.setdefault(id(p), i)
+        if j != i:  # (PyTorch warns that this will be an error, and updates it twice)
+            raise ValueError(f"{owner}: parameter {i} is parameter {j} again: list each "
+                             "parameter once (module.parameters() does)")
         if not isinstance(p, Tensor):
             raise TypeError(f"{owner}: parameter {i} must be a Tensor, found {type(p).__name__}")
         if getattr(p.dtype, "kind", None) != "f":
@@ -101,9 +109,21 @@ class Optimizer:
         """Validate one hyperparameter (subclasses define the ranges)."""
         return check_range(type(self).__name__, name, value, 0.0)
 
-    @replayed  # ndl.compile runs the whole step again at replay (settings read then)
-    def step(self) -> None:
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Update every parameter that has a gradient (those whose grad is None are skipped).
+        With `closure` (PyTorch's form: it clears the grads, computes the loss, calls
+        backward and returns the loss), call it first, with grad mode on, and return its
+        loss; else return None. See `_step` for how the update runs."""
+        loss = None
+        if closure is not None:
+            with enable_grad():
+                loss = closure()
+        self._step()
+        return loss
+
+    @replayed  # ndl.compile runs the whole step again at replay (settings read then)
+    def _step(self) -> None:
+        """The update of every parameter that has a gradient.
 
         Small parameters sharing a device and dtype are updated together: their gradients are
         concatenated into one flat array, the update rule runs once on it (a few whole-array
@@ -177,6 +197,7 @@ class Optimizer:
             if self._owned.get(i) is not data:
                 data = xp.asarray(data, copy=True)
                 self._follow(i)  # new data: perhaps moved to another device (Module.to)
+                self._check_state(i)
             datas.append(data)
         updated = self._update_many(datas, grads, [self.state.get(i, {}) for i in indices])
         for i, p, (data, state) in zip(indices, params, updated):
@@ -222,6 +243,8 @@ class Optimizer:
         flat = cache.flat_params(tuple(indices), params) if cache is not None else None
         if flat is not None:
             return flat
+        for i in indices:
+            self._check_state(i)
         return xp.concat([xp.reshape(p._array, (-1,)) for p in params])
 
     def _flat_state(self, indices: list[int], params: list[Tensor], xp: Any,
@@ -241,6 +264,17 @@ class Optimizer:
             ])
             for name in self.state_names
         }
+
+    def _check_state(self, i: int) -> None:
+        """ValueError where parameter i's state has another shape than the parameter (its
+        data was replaced by another shape's since its last update)."""
+        p = self.params[i]
+        for name, a in self.state.get(i, {}).items():
+            if tuple(a.shape) != p.shape:
+                raise ValueError(f"{type(self).__name__}: parameter {i} has shape {p.shape}, "
+                                 f"but its state {name!r} has shape {tuple(a.shape)}: its data "
+                                 "was replaced by another shape's after an update; make a new "
+                                 "optimizer for it (or load a state for the new shape)")
 
     def _follow(self, i: int) -> None:
         """Move parameter i's state to the parameter's device where `Module.to()` moved the
@@ -269,17 +303,19 @@ class Optimizer:
         return [self._update(p, g, s) for p, g, s in zip(params, grads, states)]
 
     @replayed
-    def reset_grad(self) -> None:
-        """Set every parameter's grad to None."""
+    def reset_grad(self, set_to_none: bool = True) -> None:
+        """Set every parameter's grad to None (or, with set_to_none=False, to zeros)."""
         for p in self.params:
-            p.grad = None
+            p.grad = None if set_to_none else Tensor.make_const(
+                p.device.zeros(p.shape, dtype=p._realize().dtype), device=p.device)
 
     zero_grad = reset_grad
 
     # ----- state -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """{"state": {index: {name: Tensor}}, "hyperparameters": {...}, "t": steps}, and
-        "steps": {index: its updates} where the rule counts them (Adam)."""
+        """{"state": {index: {name: Tensor}}, "hyperparameters": {...}, "t": steps, "shapes":
+        [each parameter's shape]}, and "steps": {index: its updates} where the rule counts
+        them (Adam)."""
         for i in list(self.state):
             self._follow(i)
         device_of = {i: p.device for i, p in enumerate(self.params)}
@@ -290,6 +326,7 @@ class Optimizer:
             },
             "hyperparameters": {k: getattr(self, k) for k in self.hyperparameters},
             "t": self.t,
+            "shapes": [p.shape for p in self.params],  # (checked by load_state_dict)
             **({} if self._counts is None else
                {"steps": {i: n for i, n in enumerate(self._counts) if n}}),
         }
@@ -313,6 +350,21 @@ class Optimizer:
         unknown = [k for k in hyper if k not in self.hyperparameters]
         if unknown:
             problems.append(f"unexpected hyperparameters {unknown}")
+        shapes = state_dict.get("shapes")  # (older checkpoints have none)
+        if shapes is not None:
+            mine = [p.shape for p in self.params]
+            try:
+                theirs = [tuple(int(n) for n in shape) for shape in shapes]
+            except (TypeError, ValueError):
+                theirs = None
+            if theirs is None:
+                problems.append(f"shapes must be a list of shapes, found {shapes!r}")
+            elif len(theirs) != len(mine):
+                problems.append(f"the state is of {len(theirs)} parameters, this optimizer "
+                                f"has {len(mine)}")
+            else:
+                problems += [f"parameter {i} has shape {m}, the state's {t_}"
+                             for i, (m, t_) in enumerate(zip(mine, theirs)) if m != t_]
         t = _count(state_dict["t"])
         if t is None:
             problems.append(f"t must be an int >= 0, found {state_dict['t']!r}")
