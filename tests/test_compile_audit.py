@@ -528,3 +528,63 @@ def test_what_depends_on_the_arguments_is_varying_and_a_mutated_list_records_aga
     c[()] = 5.0
     z.c = c
     _same([step(x)], [z(x).sum()])
+
+
+_OPT = None
+_MODEL = None
+_BETA = 0.5
+
+
+def _global_step(x, y):
+    _OPT.reset_grad()
+    loss = nn.SoftmaxLoss()(_MODEL(x), y) * _BETA
+    loss.backward()
+    _OPT.step()
+    return loss
+
+
+def test_a_global_or_closure_variable_rebound_after_the_recording_records_again(device):
+    """(A port audit.) A step naming a global optimizer kept replaying the old Adam after
+    `opt = SGD(...)`, trained the old model after `model = ...`, and froze a coefficient
+    (`beta` annealed in a closure or a global) at its first value."""
+    global _OPT, _MODEL, _BETA
+    rng = np.random.default_rng(0)
+    x = _const(rng.standard_normal((4, 5)), device)
+    y = _const([0, 1, 2, 1], device, np.int64)
+
+    def run(compiled):
+        global _OPT, _MODEL, _BETA
+        np.random.seed(1)
+        _MODEL, _BETA = nn.Linear(5, 3, device=device), 0.5
+        _OPT = ndl.optim.Adam(_MODEL.parameters(), lr=0.01)
+        step = ndl.compile(_global_step) if compiled else _global_step
+        losses = [step(x, y)]
+        _OPT = ndl.optim.SGD(_MODEL.parameters(), lr=0.1)  # a new optimizer: fine-tuning
+        losses.append(step(x, y))
+        _BETA = 0.25  # annealed
+        losses.append(step(x, y))
+        old = _MODEL
+        _MODEL = nn.Linear(5, 3, device=device)  # a new model (and its optimizer)
+        _OPT = ndl.optim.SGD(_MODEL.parameters(), lr=0.1)
+        losses += [step(x, y), step(x, y)]
+        return losses, [p.numpy() for m in (old, _MODEL) for p in m.parameters()], step
+    eager, eager_weights, _ = run(False)
+    compiled, compiled_weights, step = run(True)
+    _same(compiled, eager)
+    for a, b in zip(compiled_weights, eager_weights):
+        np.testing.assert_array_equal(a, b)
+    assert step.captures == 4  # (the last call replays: nothing was rebound)
+
+    beta = 1.0
+    m = nn.Linear(5, 3, device=device)
+
+    def closure_step(x):
+        return (m(x) * beta).sum()
+    f = ndl.compile(closure_step)
+    first = f(x).numpy()
+    beta = 2.0
+    np.testing.assert_allclose(f(x).numpy(), 2 * first, rtol=1e-6)
+    assert f.captures == 2
+    beta = 2.0  # (an equal float: no new recording)
+    f(x)
+    assert f.captures == 2

@@ -14,6 +14,7 @@ from ..backends import call_hook as _device
 from ..grad_mode import _grad_enabled
 from .cuda_graph import Graphed, eligible
 from .program import Program, Retrace, detached
+from .names import name_guards
 from .recorder import Recorder
 from .support import CompileError, holds_values, is_array, is_module, reachable
 
@@ -156,6 +157,7 @@ class Compiled:
                                  *(m for m, *_ in rec.modules.values())])
             rec.checks += [f"if v{i} is not {rec.const(t)}: raise _Retrace"
                            for i, t in enumerate(tensors) if id(t) in outside]
+            rec.checks += name_guards(self.fn, rec.const)  # (rebound after the recording)
             program = Program(rec, result, len(tensors))
         replay: Any = program
         if self.cuda_graph:
