@@ -13,8 +13,8 @@ from ..backends import Device
 from ..backends import call_hook as _device
 from ..grad_mode import _grad_enabled
 from .cuda_graph import Graphed, eligible
-from .program import Program, Retrace, detached
 from .names import name_guards
+from .program import Program, Retrace, detached
 from .recorder import Recorder
 from .support import CompileError, holds_values, is_array, is_module, reachable
 
