@@ -155,3 +155,43 @@ def test_replaced_output_whose_gradient_ignores_it_differentiates(create_graph, 
     loss.data = loss.data / 2.0
     loss.backward(create_graph=create_graph)
     np.testing.assert_allclose(x.grad.numpy(), [2.0, 4.0, 6.0], rtol=1e-6)
+
+
+def test_in_place_operators_update_under_no_grad_as_pytorchs(device):
+    """(A port audit.) PyTorch's manual update `with no_grad(): p -= lr * p.grad` rebound the
+    loop variable and left every parameter unchanged, silently."""
+    np.random.seed(0)
+    m = ndl.nn.Linear(3, 2, device=device)
+    x = ndl.Tensor(np.ones((1, 3)), device=device, dtype="float32")
+    m(x).sum().backward()
+    before = [p.numpy().copy() for p in m.parameters()]
+    grads = [p.grad.numpy() for p in m.parameters()]
+    kept = m(x)  # a graph through the old weights
+    with ndl.no_grad():
+        for p in m.parameters():
+            q = p
+            p -= 0.1 * p.grad
+            assert p is q and isinstance(p, ndl.nn.Parameter) and p.dtype == "float32"
+        w = m.weight
+        w *= 2.0
+        w /= 2.0
+        w += 0.0
+    for p, b, g in zip(m.parameters(), before, grads):
+        np.testing.assert_allclose(p.numpy(), b - np.float32(0.1) * g, rtol=1e-6)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        kept.sum().backward()  # the weights changed in place: their version moved
+    with pytest.raises(RuntimeError, match=r"leaf Tensor that requires grad is used in an "
+                                           r"in-place operation \(-=\)"):
+        m.weight -= 1.0  # (recording: PyTorch's error)
+    y = m(x)
+    z = y
+    y += 1.0  # recording, not a leaf: a new node of the graph, as before
+    assert y is not z and y.op is not None
+    with ndl.no_grad():
+        i = ndl.Tensor(np.array([1, 2]), device=device)
+        f = ndl.Tensor(np.array([1.0, 2.0], np.float32), device=device)
+        f -= ndl.Tensor(np.array([0.5, 0.5]), device=device, dtype="float64")
+        assert f.dtype == "float32"  # the tensor's dtype, as PyTorch's in-place ops
+        np.testing.assert_array_equal(f.numpy(), [0.5, 1.5])
+        with pytest.raises(ValueError, match=r"result's shape \(2, 2\) is not the tensor's"):
+            i += ndl.Tensor(np.ones((2, 2), np.int64), device=device)

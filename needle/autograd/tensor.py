@@ -7,7 +7,7 @@ from typing import Any
 
 from ..backend_ndarray import NDArray
 from ..backends import Device, default_device
-from ..grad_mode import enable_grad, no_grad
+from ..grad_mode import _grad_enabled, enable_grad, no_grad
 from . import graph as _graph
 from .engine import backward
 from .graph import Op, Value, mark_modified
@@ -294,6 +294,42 @@ class Tensor(Value):
 
     def __neg__(self) -> Tensor:
         return _make(_ops.Negate(), (self,))
+
+    # ----- in place (`p -= lr * p.grad`): PyTorch's manual update under no_grad() ---------
+    def __iadd__(self, other: Any) -> Tensor:
+        return self._in_place("+=", self.__add__, other)
+
+    def __isub__(self, other: Any) -> Tensor:
+        return self._in_place("-=", self.__sub__, other)
+
+    def __imul__(self, other: Any) -> Tensor:
+        return self._in_place("*=", self.__mul__, other)
+
+    def __itruediv__(self, other: Any) -> Tensor:
+        return self._in_place("/=", self.__truediv__, other)
+
+    def _in_place(self, op: str, fn: Any, other: Any) -> Tensor:
+        """Under no_grad(): this tensor's data becomes `fn(other)` (in its dtype, as
+        PyTorch's in-place ops), the tensor itself is returned and marked modified, so a
+        loop's `p -= lr * p.grad` updates the parameter. Recording: a new tensor, the graph's
+        (`x += y` in a forward), except on a leaf that requires grad (PyTorch's error)."""
+        if _grad_enabled():
+            if self.requires_grad and self.op is None:
+                raise RuntimeError(f"a leaf Tensor that requires grad is used in an in-place "
+                                   f"operation ({op}): update it inside `with ndl.no_grad():`, "
+                                   "or through .data")
+            return fn(other)
+        out = fn(other)
+        if out.shape != self.shape:
+            raise ValueError(f"in-place {op}: the result's shape {out.shape} is not the "
+                             f"tensor's {self.shape}")
+        if out.dtype != self.dtype:
+            if self.dtype.kind != "f" and out.dtype.kind == "f":
+                raise TypeError(f"in-place {op}: the {out.dtype} result cannot be stored in "
+                                f"a tensor of dtype {self.dtype}")
+            out = _ops.astype(out, self.dtype)
+        self.data = out
+        return self
 
     def __matmul__(self, other: Tensor) -> Tensor:
         return _ops.matmul(self, other)
