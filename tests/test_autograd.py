@@ -806,3 +806,17 @@ def test_numpy_asarray_of_a_tensor_is_its_data(device):
     assert t.numpy()[0, 0] == 0.0
     with pytest.raises(ValueError, match="cannot be taken without a copy"):
         t.__array__(copy=False)  # (numpy 2's np.asarray(t, copy=False))
+
+
+def test_requires_grad_in_place_as_pytorchs(device):
+    """(A port audit.) A gradient penalty's interpolated input, `x.requires_grad_()`."""
+    x = ndl.Tensor(np.array([1.0, 2.0]), device=device, requires_grad=False)
+    assert x.requires_grad_() is x and x.requires_grad
+    (x * x).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 4.0])
+    y = x * 2
+    with pytest.raises(RuntimeError, match="only leaves change requires_grad"):
+        y.requires_grad_(False)
+    with pytest.raises(TypeError, match="requires_grad must be True or False"):
+        x.requires_grad_("no")
+    assert not x.requires_grad_(False).requires_grad

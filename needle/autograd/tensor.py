@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..arguments import flag
 from ..backend_ndarray import NDArray
 from ..backends import Device, default_device
 from ..grad_mode import _grad_enabled, enable_grad, no_grad
@@ -147,6 +148,16 @@ class Tensor(Value):
         if _graph._TRACER is not None:
             _graph._TRACER.alias(out, self)
         return out
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        """Set requires_grad in place and return the tensor, as PyTorch's (an op's output
+        cannot stop requiring grad: detach() it instead)."""
+        requires_grad = flag("requires_grad_", "requires_grad", requires_grad)
+        if self.op is not None and not requires_grad:
+            raise RuntimeError("requires_grad_(False) on a tensor an op made: only leaves "
+                               "change requires_grad; use detach()")
+        self.requires_grad = requires_grad
+        return self
 
     @property
     def data(self) -> Tensor:
