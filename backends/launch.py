@@ -122,11 +122,13 @@ class DirectLaunch:
             pack = self._prepare()
         if not (pack and (DIRECT or DIRECT is None and enabled())) or len(args) != self.n or (
                 0 in grid):
+            self._check_scalars(args)  # (cupy's launches: the slow way, checked too)
             return self.kernel(grid, block, args, shared_mem=shared_mem)
         try:
             buf, table = _LOCAL.buffers[self.n]
         except (AttributeError, KeyError):  # this thread's first launch of n arguments:
             _buffer(self.n)  # cupy's, which makes the GPU's context current on a new thread
+            self._check_scalars(args)
             return self.kernel(grid, block, args, shared_mem=shared_mem)
         try:
             pack(buf, args)

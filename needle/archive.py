@@ -83,6 +83,18 @@ def is_file(target: Any) -> bool:
     return hasattr(target, "write") or hasattr(target, "read")
 
 
+def _can(f: Any, what: str) -> bool:
+    """Whether file object `f` is readable or writable (`what`), as it says (one that does
+    not say, or has no such method, is taken at its word by trying)."""
+    method = getattr(f, what, None)
+    if method is None:
+        return hasattr(f, "write" if what == "writable" else "read")
+    try:
+        return bool(method())
+    except (OSError, ValueError):  # (a closed file)
+        return False
+
+
 def where(target: Any) -> str:
     """`target` (a path or a file object) as load's and save's messages name it."""
     if is_file(target):
@@ -118,7 +130,7 @@ def write_archive(path: Any, arrays: dict[str, Any], manifest: bytes) -> None:
                     np.lib.format.write_array(member, array, allow_pickle=False)
 
     if is_file(path):
-        if not hasattr(path, "write") or isinstance(path, io.TextIOBase):
+        if not _can(path, "writable") or isinstance(path, io.TextIOBase):
             raise TypeError(f"save: {where(path)} is no binary file open for writing "
                             "(open it with \"wb\")")
         write(path)
@@ -151,7 +163,8 @@ def write_atomically(path: str | os.PathLike, write: Callable[[BinaryIO], None])
 
 def read_archive(path: Any) -> tuple[bytes, dict[str, np.ndarray]]:
     """(manifest bytes, {member name: array}) of an archive written by `write_archive`, from
-    a path or a seekable binary file object (read from its start).
+    a path or a seekable binary file object holding one archive (zipfile reads it from its
+    end: of two saved into one stream, the last).
 
     A missing file raises FileNotFoundError; anything unreadable a ValueError naming it.
     needle writes stored (uncompressed) members only, so a compressed member is refused
@@ -161,9 +174,12 @@ def read_archive(path: Any) -> tuple[bytes, dict[str, np.ndarray]]:
     if is_file(path):
         if isinstance(path, io.TextIOBase):
             raise TypeError(f"load: {where(path)} is open in text mode; open it with \"rb\"")
+        if not _can(path, "readable"):
+            raise TypeError(f"load: {where(path)} is no file open for reading (open it with "
+                            "\"rb\")")
         try:
             size = path.seek(0, os.SEEK_END)
-        except (AttributeError, OSError):  # (io.UnsupportedOperation is an OSError)
+        except (AttributeError, OSError, ValueError):  # (UnsupportedOperation is both)
             raise TypeError(f"load: {where(path)} is no seekable binary file (a zip archive "
                             "is read from its end)") from None
         arrays = _read_file(path, where(path), size)

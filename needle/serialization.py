@@ -54,7 +54,7 @@ def save(obj: Any, path: str | os.PathLike | BinaryIO) -> None:
 
 def load(path: str | os.PathLike | BinaryIO, device: Device | None = None) -> Any:
     """Read a checkpoint written by `save` from a path or a seekable binary file object
-    (from its start); Tensors are restored on `device` (default cpu)."""
+    holding one checkpoint; Tensors are restored on `device` (default cpu)."""
     device = cpu() if device is None else device
     raw, arrays = read_archive(path)
     path = where(path)

@@ -105,7 +105,7 @@ def test_compact_copies_a_permuted_sliced_or_broadcast_view(device):
     t = ndl.Tensor(data, device=device)
     a = t.realize_cached_data()
     for view in (a.permute((1, 0)), a[0:1, 1:3], a[0:1].broadcast_to((2, 3)),
-                 a.permute((1, 0)).reshape((6,))):
+                 a.permute((1, 0)).reshape((6,)), a[::-1, :]):
         assert not view.is_compact()
         c = view.compact()
         assert c is not view and c.is_compact()

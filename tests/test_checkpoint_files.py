@@ -50,6 +50,16 @@ def test_bad_file_objects_are_named(tmp_path):
                                                               "binary file open for writing"):
         ndl.save({"a": 1}, f)
 
+    with open(path, "rb") as f, pytest.raises(TypeError, match="no binary file open for "
+                                                                 "writing"):
+        ndl.save({"a": 1}, f)
+    path.write_bytes(buf.getvalue())  # (the text-mode open above emptied it)
+    with open(path, "r+b") as f:
+        assert ndl.load(f)["a"].shape == (3,)  # (read and write: fine)
+    with open(tmp_path / "other", "wb") as f, pytest.raises(TypeError, match="no file open "
+                                                                             "for reading"):
+        ndl.load(f)
+
     class Unseekable(io.RawIOBase):
         def readable(self):
             return True

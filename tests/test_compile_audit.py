@@ -588,3 +588,18 @@ def test_a_global_or_closure_variable_rebound_after_the_recording_records_again(
     beta = 2.0  # (an equal float: no new recording)
     f(x)
     assert f.captures == 2
+
+
+def test_module_to_where_nothing_moves_and_numpy_objects_without_shape(device):
+    """(A review.) Module.to() assigned `device` on every call, which recorded a compiled
+    step again each time; reassigning a numpy ufunc on a Module raised AttributeError."""
+    m = nn.Module()
+    m.f = np.tanh
+    m.f = np.exp  # (no .shape: not a number, a change)
+    t = nn.Transformer(8, 16, 1, num_head=2, dim_head=4, device=device)
+    step = ndl.compile(lambda x: t(x)[0].sum())
+    x = _const(np.ones((3, 2, 8)), device)
+    for _ in range(3):
+        t.to(device)
+        step(x)
+    assert step.captures == 1 and t.device is device

@@ -136,6 +136,9 @@ def test_an_array_for_a_scalar_parameter_is_a_type_error():
     with pytest.raises(TypeError, match="argument 1 is an array where the kernel takes a "
                                         "long long"):
         run((1,), (32,), (FakeArray(8), FakeArray(16)))
+    launch.DIRECT = False  # (cupy's launches: checked too)
+    with pytest.raises(TypeError, match="argument 1 is an array"):
+        run((1,), (32,), (FakeArray(8), FakeArray(16)))
     assert launches == [] and kernel.calls == []
 
 

@@ -228,7 +228,8 @@ class NDArray(metaclass=_AnyDeviceArray):
         index = self._index(idxs)
         out = NDArray.view(GetItem(index).compute(self._array), self.device, self,
                            lambda a, new: self._written(a, index, new))
-        return out._marked(self._loose or out.shape != self.shape)
+        return out._marked(self._loose or out.shape != self.shape or any(
+            i.step not in (None, 1) for i in index if isinstance(i, slice)))  # (a[::-1])
 
     def __setitem__(self, idxs: Any, other: Any) -> None:
         """Write `other` (an NDArray, a Tensor, a device or host array, a number) at `idxs`."""

@@ -106,16 +106,17 @@ class DistributedOptimizer:
             setattr(self.optimizer, name, value)
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        """Call `closure` (with grad mode on) where given, then `_step`; returns its loss."""
+        """Call `closure` (with grad mode on) where given, then `_replayed_step`; returns
+        its loss."""
         loss = None
         if closure is not None:
             with enable_grad():
                 loss = closure()
-        self._step()
+        self._replayed_step()
         return loss
 
     @replayed  # ndl.compile replays the whole of it: the averaging too
-    def _step(self) -> None:
+    def _replayed_step(self) -> None:
         """Average the gradients over all ranks (unless allreduce_gradients or clip_grad_norm_
         did since they were computed), then update as the wrapped optimizer does."""
         if comm.world_size() > 1:

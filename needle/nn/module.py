@@ -120,7 +120,8 @@ def _immutable(value: Any) -> bool:
         return all(map(_immutable, value))
     kind = type(value)
     return kind in (int, float, str, bool, type(None)) or (  # (a 0-d ndarray is mutable)
-        kind.__module__ == "numpy" and kind.__name__ != "ndarray" and value.shape == ())
+        kind.__module__ == "numpy" and kind.__name__ != "ndarray"
+        and getattr(value, "shape", None) == ())
 
 
 class Module:
@@ -344,9 +345,9 @@ class Module:
                     grad = device.asarray(t.grad._realize())
                     t.grad = Tensor.make_const(grad, device=device)
         for module in [self, *self.descendants()]:
-            held = vars(module).get("device", _MISSING)  # (the course's attribute, or None)
-            if held is None or isinstance(held, Device):
-                module.device = device
+            held = vars(module).get("device", _MISSING)  # (the course's attribute: set once,
+            if (held is None or isinstance(held, Device)) and held is not device:
+                module.device = device  # so a compiled step that calls to() stays recorded)
             if moved:
                 module._placed()
         return self

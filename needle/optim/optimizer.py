@@ -113,16 +113,16 @@ class Optimizer:
         """Update every parameter that has a gradient (those whose grad is None are skipped).
         With `closure` (PyTorch's form: it clears the grads, computes the loss, calls
         backward and returns the loss), call it first, with grad mode on, and return its
-        loss; else return None. See `_step` for how the update runs."""
+        loss; else return None. See `_replayed_step` for how the update runs."""
         loss = None
         if closure is not None:
             with enable_grad():
                 loss = closure()
-        self._step()
+        self._replayed_step()
         return loss
 
     @replayed  # ndl.compile runs the whole step again at replay (settings read then)
-    def _step(self) -> None:
+    def _replayed_step(self) -> None:
         """The update of every parameter that has a gradient.
 
         Small parameters sharing a device and dtype are updated together: their gradients are
