@@ -253,3 +253,14 @@ def test_flatten_after_pooling(device):
     out.sum().backward()
     assert x.grad.shape == x.shape
     np.testing.assert_array_equal(x.grad.numpy().sum(axis=(2, 3)), np.full((2, 3), 6.0))
+
+
+def test_float16_average_pooling_sums_in_float32(device):
+    """(A numerics audit.) Two entries of 30000 summed to inf in float16; PyTorch's average
+    is 30000."""
+    if device.kind == "strict":
+        pytest.skip("strict has no float16")
+    x = ndl.Tensor(np.full((1, 1, 2, 2), 30000.0), device=device, dtype="float16")
+    out = avg_pool2d(x, 2)
+    assert out.dtype == "float16"
+    np.testing.assert_array_equal(out.numpy(), np.full((1, 1, 1, 1), 30000.0, np.float16))

@@ -734,3 +734,32 @@ def test_optimizer_state_counts_may_be_numpy_integers(device):
     for bad in (True, 2.0, -1):
         with pytest.raises(ValueError, match="t must be an int >= 0"):
             again.load_state_dict({**saved, "t": bad})
+
+
+@pytest.mark.parametrize("kind", ["flat", "big"])
+def test_float16_parameters_update_in_float32_as_pytorchs(kind, device):
+    """(Two audits.) A float16 gradient above 256 made Adam's v inf for good (the parameter
+    never moved again), and eps=1e-7 folded into the bias correction became 0 (0/0 = NaN
+    for a zero gradient); PyTorch computes in float32 and stores float16."""
+    torch = pytest.importorskip("torch")
+    if device.kind == "strict":
+        pytest.skip("strict has no float16")
+    n = 2 if kind == "flat" else BIG[0] * BIG[1]
+    extra = [nn.Parameter(np.ones(3), device=device, dtype="float16")] if kind == "flat" else []
+    p = nn.Parameter(np.ones(n), device=device, dtype="float16")
+    opt = optim.Adam([p, *extra], lr=0.1, eps=1e-7)
+    ref = torch.nn.Parameter(torch.ones(n, dtype=torch.float16))
+    ref_opt = torch.optim.Adam([ref], lr=0.1, eps=1e-7)
+    for g in (300.0, 1.0, 0.0, 1.0):
+        grad = np.full(n, g)
+        grad[1] = 0.0
+        p.grad = ndl.Tensor(grad, device=device, dtype="float16")
+        for e in extra:
+            e.grad = ndl.Tensor(np.ones(3), device=device, dtype="float16")
+        ref.grad = torch.tensor(grad, dtype=torch.float16)
+        opt.step()
+        ref_opt.step()
+    assert p.dtype == "float16" and opt.state[0]["v"].dtype == p._array.dtype
+    got, want = p.numpy().astype(np.float64), ref.detach().numpy().astype(np.float64)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, want, atol=2e-3)  # (float16: 1e-3 apart near 1)

@@ -96,10 +96,14 @@ class AvgPool2dOp(TensorOp):
     def compute(self, a):
         k, s = self.kernel_size, self.stride
         check_floating("avg_pool2d", a)
+        xp, dtype = namespace(a), a.dtype
+        if dtype == getattr(xp, "float16", None):  # summed in float32, as PyTorch's (a
+            a = xp.astype(a, xp.float32)  # window of 2 x 30000 is inf in float16)
         total = None
         for index in _windows(k, s, *_out_hw("avg_pool2d", a.shape, k, s)):
             total = a[index] if total is None else total + a[index]
-        return total / (k * k)
+        out = total / (k * k)
+        return out if out.dtype == dtype else xp.astype(out, dtype)
 
     def gradient(self, out_grad, node):
         # every entry of a window gets 1/k^2 of its adjoint; overlapping windows add

@@ -26,6 +26,24 @@ def _count(value: Any) -> int | None:
     return n if n >= 0 else None
 
 
+def _half(xp: Any, array: Any) -> bool:
+    """Whether `array` is float16: updated in float32, where v = b2 v + (1 - b2) g^2 and
+    Adam's eps stay finite and nonzero (g > 256 made v inf for good, eps 1e-7 became 0)."""
+    return array.dtype == getattr(xp, "float16", None)
+
+
+def _widened(xp: Any, param: Any, grad: Any, state: dict) -> tuple[Any, Any, dict]:
+    """A float16 parameter, gradient and state as float32 arrays of their own."""
+    return (xp.astype(param, xp.float32), xp.astype(grad, xp.float32),
+            {k: xp.astype(a, xp.float32) for k, a in state.items()})
+
+
+def _narrowed(xp: Any, param: Any, state: dict) -> tuple[Any, dict]:
+    """The float32 results of a float16 parameter's update, stored in float16."""
+    return (xp.astype(param, xp.float16), {k: xp.astype(a, xp.float16)
+                                           for k, a in state.items()})
+
+
 def _parameter_list(owner: str, params: Any) -> list[Tensor]:
     """`params` as a list of floating-point Tensors; a TypeError naming what was given
     otherwise: a single Tensor (whose rows `list()` would take as the parameters, as
@@ -199,7 +217,13 @@ class Optimizer:
                 self._follow(i)  # new data: perhaps moved to another device (Module.to)
                 self._check_state(i)
             datas.append(data)
-        updated = self._update_many(datas, grads, [self.state.get(i, {}) for i in indices])
+        states = [self.state.get(i, {}) for i in indices]
+        if _half(xp, datas[0]):  # computed in float32, stored in float16 (as PyTorch's)
+            wide = [_widened(xp, d, g, st) for d, g, st in zip(datas, grads, states)]
+            updated = [_narrowed(xp, d, st) for d, st in self._update_many(
+                [w[0] for w in wide], [w[1] for w in wide], [w[2] for w in wide])]
+        else:
+            updated = self._update_many(datas, grads, states)
         for i, p, (data, state) in zip(indices, params, updated):
             p._array = self._owned[i] = data  # the result (or the array, updated in place)
             if state:
@@ -219,7 +243,11 @@ class Optimizer:
         flat_p = self._flat_params(indices, params, xp, cache)  # cached, or a fresh concat
         flat_g = FLAT_CONCAT(grads)
         flat_state = self._flat_state(indices, params, xp, cache)
-        new_p, new_state = self._update(flat_p, flat_g, flat_state)
+        if _half(xp, flat_p):  # computed in float32, stored in float16 (as PyTorch's)
+            new_p, new_state = _narrowed(xp, *self._update(*_widened(xp, flat_p, flat_g,
+                                                                       flat_state)))
+        else:
+            new_p, new_state = self._update(flat_p, flat_g, flat_state)
         if (cache is not None and new_p is cache.params and new_state.keys() ==
                 cache.state.keys() and all(new_state[k] is a for k, a in cache.state.items())):
             return  # updated in place: every parameter and state entry already views them
