@@ -319,7 +319,13 @@ class Device(Layout, DLPackExchange):
         """A fresh host result cast to `native` (None: as it is) on the host, on this device."""
         host = np.asarray(host)
         if native is not None:
-            host = host.astype(self.public_dtype(native), copy=False)
+            with np.errstate(over="ignore"):  # (said below, with the bound)
+                wide, host = host, host.astype(self.public_dtype(native), copy=False)
+            if host.dtype.kind == "f" and host is not wide and np.isinf(host).any() and (
+                    np.isfinite(wide).all()):
+                raise ValueError(f"random values up to {np.abs(wide).max():.4g} overflow "
+                                 f"dtype {host.dtype} (its largest is "
+                                 f"{np.finfo(host.dtype).max:.4g}): a gain or bound too large")
         return self.adopt_numpy(host)
 
     # ----- conversion -----------------------------------------------------------------

@@ -223,3 +223,12 @@ def test_constant_takes_numpy_integers_exactly(device):
     for c in (np.int64(2**53 + 1), np.int64(2**63 - 1), 2**53 + 1):
         assert ndl.init.constant(1, c=c, device=device, dtype="int64").numpy().tolist() \
             == [int(c)]
+
+
+def test_random_weights_past_the_dtype_are_an_error(device):
+    """(A numerics audit.) xavier_uniform(gain=1e40) gave float32 weights of +-inf."""
+    with pytest.raises(ValueError, match="overflow dtype float32 .* a gain or bound too large"):
+        ndl.init.xavier_uniform(3, 3, gain=1e40, device=device)
+    with pytest.raises(ValueError, match="overflow dtype float32"):
+        ndl.init.randn(4, std=1e39, device=device)
+    assert np.isfinite(ndl.init.xavier_uniform(3, 3, gain=1e30, device=device).numpy()).all()
