@@ -122,12 +122,12 @@ def test_norm_layers_check_eps_and_momentum(make, device):
                                   lambda: nn.LayerNorm1d(3), lambda: nn.Dropout(0.1)],
                          ids=["BatchNorm1d", "BatchNorm2d", "LayerNorm1d", "Dropout"])
 def test_layer_settings_are_checked_when_assigned_after_construction(make):
-    """`bn.eps = -1.0`, `bn.momentum = 2` or `drop.p = 1.0` after construction were taken
+    """`bn.eps = -1.0`, `bn.momentum = 2` or `drop.p = 1.5` after construction were taken
     (NaN, extrapolated statistics, a division by 0 at the next forward); each is now the
     constructor's error, and a good value is kept as a float."""
     layer = make()
     name = type(layer).__name__
-    bad = {"eps": -1.0, "momentum": 2.0, "p": 1.0}
+    bad = {"eps": -1.0, "momentum": 2.0, "p": 1.5}
     good = {"eps": np.float32(0.5), "momentum": 1, "p": np.float64(0.25)}
     settings = [k for k in bad if k in vars(layer)]
     assert settings  # the layer's settings live in its __dict__ (pickle and copy see them)

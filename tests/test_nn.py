@@ -247,10 +247,22 @@ def test_dropout_gradient(device):
     check_gradients(fn, data(3, 4), device=device)
 
 
-@pytest.mark.parametrize("p", [-0.1, 1.0, 1.5])
+@pytest.mark.parametrize("p", [-0.1, 1.5])
 def test_dropout_rejects_p_outside_0_1(p):
-    with pytest.raises(ValueError, match=rf"Dropout: p must be in \[0.0, 1.0\), found {p}"):
+    with pytest.raises(ValueError, match=rf"Dropout: p must be in \[0.0, 1.0\], found {p}"):
         nn.Dropout(p)
+
+
+def test_dropout_of_p_1_gives_zeros_and_draws_nothing(device):
+    """(A numerics audit.) Dropout(1.0) was a ValueError; PyTorch gives zeros (no draw)."""
+    x = ndl.Tensor(np.arange(1.0, 7.0).reshape(2, 3), device=device, dtype="float32",
+                   requires_grad=True)
+    np.random.seed(0)
+    state = np.random.get_state()[1].copy()
+    out = nn.Dropout(1.0)(x)
+    out.sum().backward()
+    assert out.dtype == "float32" and not out.numpy().any() and not x.grad.numpy().any()
+    assert (np.random.get_state()[1] == state).all()
 
 
 # ----- normalisation -------------------------------------------------------------------

@@ -143,17 +143,21 @@ class Linear(Module):
 class Dropout(Module):
     """Zeroes each entry with probability p in training (scaling the rest by 1/(1-p))."""
 
-    #: checked at every assignment (p = 1 would divide by 0)
-    _setting_checks = {"p": lambda owner, name, value: check_range(owner, name, value, 0.0, 1.0)}
+    #: checked at every assignment
+    _setting_checks = {"p": lambda owner, name, value: check_range(owner, name, value, 0.0, 1.0,
+                                                                   high_inclusive=True)}
 
     def __init__(self, p: float = 0.5):
         super().__init__()
         self.p = p
 
     def forward(self, x: Tensor) -> Tensor:
-        """x * mask / (1 - p) with mask = rand <= 1 - p in training; x in eval and at p = 0."""
+        """x * mask / (1 - p) with mask = rand <= 1 - p in training; x in eval and at p = 0,
+        zeros at p = 1."""
         if not self.training or self.p == 0.0:
             return x  # p = 0 draws nothing, as in PyTorch
+        if self.p == 1.0:  # zeros, drawing nothing, as PyTorch's (1 / (1 - p) is no number)
+            return x * 0.0
         device = x.device
         keep = 1.0 - self.p
         # drawn on the device (numpy's global state on cpu: the course's float64 draws and
