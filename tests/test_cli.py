@@ -236,6 +236,7 @@ def test_a_checkpoint_with_a_device_generator_resumes_on_another_device(device, 
     (["--checkpoint", "{tmp}/file/ck.npz"],
      "--checkpoint {tmp}/file/ck.npz: cannot save there: {tmp}/file is not a folder"),
     (["--checkpoint", "{tmp}"], "--checkpoint {tmp}: is a folder; name a file"),
+    (["--verbose"], "--verbose applies to --distributed runs"),
 ])
 def test_bad_arguments_are_usage_errors(argv, message, tmp_path, fast, capsys):
     (tmp_path / "file").write_text("a regular file")

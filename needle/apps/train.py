@@ -344,6 +344,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of `needle-train` and `python -m needle.apps.train`: the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.verbose and not args.distributed:
+        parser.error("--verbose applies to --distributed runs (every rank prints); a single "
+                     "process prints anyway")
     if args.distributed:  # one exit status for every rank; rank 0 alone prints
         try:
             dist.init()
