@@ -109,6 +109,23 @@ def test_init_outside_mpiexec_is_a_world_of_one():
     assert out == ["True", "0", "1", "[0.0,", "1.0,", "2.0]", "['x']", "False"], out
 
 
+def test_a_distributed_optimizer_takes_a_closure_in_a_world_of_one():
+    """PyTorch's step(closure) through the wrapper: the closure's loss, then the update."""
+    code = ("import numpy as np, needle as ndl, needle.distributed as d\n"
+            "d.init(); np.random.seed(0)\n"
+            "m = ndl.nn.Linear(2, 1); w = m.weight.numpy().copy()\n"
+            "opt = d.distributed_optimizer(ndl.optim.SGD(m.parameters(), lr=0.5), m)\n"
+            "def closure():\n"
+            "    opt.zero_grad(); loss = m(ndl.Tensor(np.ones((1, 2)), dtype='float32')).sum()\n"
+            "    loss.backward(); return loss\n"
+            "loss = opt.step(closure)\n"
+            "print(type(loss).__name__, (m.weight.numpy() - w).ravel().tolist())\n"
+            "d.finalize()\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60, stdin=subprocess.DEVNULL).stdout.split()
+    assert out == ["Tensor", "[-0.5,", "-0.5]"], out
+
+
 def test_sampler_shards_are_disjoint_equal_and_cover_the_set():
     for n, w in [(10, 2), (11, 2), (7, 3), (1, 2), (0, 2)]:
         np.random.seed(3)

@@ -14,11 +14,10 @@ import functools
 import itertools
 import math
 import weakref
-from typing import Any, Callable
+from typing import Any
 
 from ..autograd import Tensor
 from ..autograd.graph import replayed
-from ..grad_mode import enable_grad
 from ..nn import Module
 from ..optim import Optimizer
 from ..optim.flat import FLAT_CONCAT
@@ -105,15 +104,7 @@ class DistributedOptimizer:
         else:
             setattr(self.optimizer, name, value)
 
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        """Call `closure` (with grad mode on) where given, then `_replayed_step`; returns
-        its loss."""
-        loss = None
-        if closure is not None:
-            with enable_grad():
-                loss = closure()
-        self._replayed_step()
-        return loss
+    step = Optimizer.step  # (closure, then this wrapper's _replayed_step)
 
     @replayed  # ndl.compile replays the whole of it: the averaging too
     def _replayed_step(self) -> None:
