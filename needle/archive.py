@@ -23,6 +23,7 @@ import math
 import os
 import re
 import secrets
+import types
 import zipfile
 from typing import Any, BinaryIO, Callable
 
@@ -84,15 +85,21 @@ def is_file(target: Any) -> bool:
 
 
 def _can(f: Any, what: str) -> bool:
-    """Whether file object `f` is readable or writable (`what`), as it says (one that does
-    not say, or has no such method, is taken at its word by trying)."""
+    """Whether file object `f` is writable or readable (`what`): as it says, or, where it
+    says False only as io's default, whether its class writes or reads in Python of its own
+    (an io.RawIOBase subclass that defines just `write`)."""
+    name = "write" if what == "writable" else "read"
     method = getattr(f, what, None)
     if method is None:
-        return hasattr(f, "write" if what == "writable" else "read")
+        return hasattr(f, name)
     try:
-        return bool(method())
+        if method():
+            return True
     except (OSError, ValueError):  # (a closed file)
         return False
+    if getattr(type(f), what, None) is not getattr(io.IOBase, what):
+        return False  # (the class answers for itself)
+    return isinstance(getattr(type(f), name, None), types.FunctionType)
 
 
 def where(target: Any) -> str:

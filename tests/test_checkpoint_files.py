@@ -60,6 +60,17 @@ def test_bad_file_objects_are_named(tmp_path):
                                                                              "for reading"):
         ndl.load(f)
 
+    class Sink(io.RawIOBase):  # (a review: io's default writable() says False)
+        def __init__(self):
+            self.data = b""
+
+        def write(self, b):
+            self.data += bytes(b)
+            return len(b)
+    sink = Sink()
+    ndl.save({"a": 1}, sink)
+    assert ndl.load(io.BytesIO(sink.data)) == {"a": 1}
+
     class Unseekable(io.RawIOBase):
         def readable(self):
             return True

@@ -603,3 +603,32 @@ def test_module_to_where_nothing_moves_and_numpy_objects_without_shape(device):
         t.to(device)
         step(x)
     assert step.captures == 1 and t.device is device
+
+
+step = None  # (a global named as an attribute the step uses: `opt.step()`)
+_K = np.float64(0.5)
+
+
+def test_globals_sharing_an_attributes_name_or_equal_numpy_scalars_record_once(device):
+    """(A review.) The name guards took every name in the code (attributes too), so a loop
+    `for step in range(n)` around a step calling `opt.step()` recorded at every call; an
+    equal numpy scalar assigned again recorded again."""
+    global step, _K
+    m = nn.Linear(3, 2, device=device)
+    opt = ndl.optim.SGD(m.parameters(), lr=0.1)
+
+    def train(x):
+        opt.reset_grad()
+        loss = (m(x) * _K).sum()
+        loss.backward()
+        opt.step()
+        return loss
+    f = ndl.compile(train)
+    x = _const(np.ones((2, 3)), device)
+    for step in range(4):  # noqa: B007 (the global named step changes)
+        _K = np.float64(0.5)  # (an equal scalar, a new object)
+        f(x)
+    assert f.captures == 1
+    _K = np.float64(0.25)
+    f(x)
+    assert f.captures == 2

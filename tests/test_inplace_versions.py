@@ -187,6 +187,18 @@ def test_in_place_operators_update_under_no_grad_as_pytorchs(device):
     z = y
     y += 1.0  # recording, not a leaf: a new node of the graph, as before
     assert y is not z and y.op is not None
+    course = ndl.Tensor(np.ones(3), device=device, dtype="float32")  # requires grad (course)
+    kept = course
+    course /= 255.0  # (a review: the leaf's error was for every tensor; a new one, as before)
+    assert course is not kept and course.op is not None
+    plain = ndl.Tensor(np.ones(3), device=device, dtype="float32", requires_grad=False)
+    alias = plain
+    plain += 1.0  # nothing requires grad: in place while recording too, as PyTorch's
+    assert plain is alias and alias.numpy().tolist() == [2.0, 2.0, 2.0]
+    m.bias.requires_grad = False  # a frozen parameter (a target network's update)
+    bias = m.bias
+    m.bias -= 1.0
+    assert m.bias is bias
     with ndl.no_grad():
         i = ndl.Tensor(np.array([1, 2]), device=device)
         f = ndl.Tensor(np.array([1.0, 2.0], np.float32), device=device)

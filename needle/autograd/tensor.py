@@ -319,13 +319,18 @@ class Tensor(Value):
     def __itruediv__(self, other: Any) -> Tensor:
         return self._in_place("/=", self.__truediv__, other)
 
+    #: whether `p -= x` while recording is PyTorch's RuntimeError (Parameter: a manual update
+    #: outside no_grad() would silently rebind the name instead of changing the parameter)
+    _in_place_needs_no_grad = False
+
     def _in_place(self, op: str, fn: Any, other: Any) -> Tensor:
-        """Under no_grad(): this tensor's data becomes `fn(other)` (in its dtype, as
-        PyTorch's in-place ops), the tensor itself is returned and marked modified, so a
-        loop's `p -= lr * p.grad` updates the parameter. Recording: a new tensor, the graph's
-        (`x += y` in a forward), except on a leaf that requires grad (PyTorch's error)."""
-        if _grad_enabled():
-            if self.requires_grad and self.op is None:
+        """`fn(other)` stored in this tensor (in its dtype, as PyTorch's in-place ops), which
+        is returned and marked modified, where no graph needs the result: under no_grad(),
+        or with nothing that requires grad. Else a new tensor, a node of the graph (`x +=
+        y` in a forward; the course's tensors require grad by default), except for a
+        Parameter (PyTorch's error: update it under no_grad())."""
+        if _grad_enabled() and (self.requires_grad or getattr(other, "requires_grad", False)):
+            if self._in_place_needs_no_grad and self.requires_grad and self.op is None:
                 raise RuntimeError(f"a leaf Tensor that requires grad is used in an in-place "
                                    f"operation ({op}): update it inside `with ndl.no_grad():`, "
                                    "or through .data")

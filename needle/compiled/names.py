@@ -10,6 +10,7 @@ functions it calls) still holds the same object, or an equal number or string.
 
 from __future__ import annotations
 
+import dis
 import types
 from typing import Any, Callable
 
@@ -26,7 +27,9 @@ def same(now: Any, then: Any) -> bool:
     kind = type(now)
     if kind is not type(then):
         return False
-    if kind is float or kind is complex:
+    if kind is float or kind is complex or (  # (numpy's scalars as the argument key does)
+            kind.__module__ == "numpy" and kind.__name__ != "ndarray"
+            and getattr(now, "shape", None) == ()):
         return repr(now) == repr(then)
     return kind in _ATOMS and now == then
 
@@ -39,9 +42,13 @@ def cell_value(cell: Any) -> Any:
         return _MISSING
 
 
+_GLOBAL_OPS = frozenset({"LOAD_GLOBAL", "LOAD_NAME", "STORE_GLOBAL", "DELETE_GLOBAL"})
+
+
 def _names(code: types.CodeType) -> set[str]:
-    """The global names `code` and the code objects nested in it read."""
-    names = set(code.co_names)
+    """The global names `code` and the code objects nested in it read or write (not its
+    attribute names: `opt.step()` names no global `step`)."""
+    names = {i.argval for i in dis.get_instructions(code) if i.opname in _GLOBAL_OPS}
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             names |= _names(const)

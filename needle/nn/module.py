@@ -15,6 +15,7 @@ class Parameter(Tensor):
     """A tensor that a Module learns (found by `Module.parameters()`)."""
 
     __slots__ = ()
+    _in_place_needs_no_grad = True  # (`p -= lr * p.grad` outside no_grad(): PyTorch's error)
 
     def __bool__(self) -> bool:
         """True, as the course's (its Tensors define no truth): `if self.bias:` tests that a
