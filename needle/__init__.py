@@ -35,6 +35,10 @@ __all__ = [
 ]
 __all__ += ops.__all__
 
+# a seed set inside a step that ndl.compile records is set again at each replay (the draws
+# after it repeat, as they do eagerly)
+manual_seed = autograd.graph.replayed(manual_seed)
+
 # ndl.cpu(), ndl.cuda(), ndl.strict(), ndl.torch(), ndl.jax(): the factory of every row of
 # the device table (backends.DEVICES)
 globals().update({name: kind.factory for name, kind in DEVICES.items()})

@@ -632,3 +632,88 @@ def test_globals_sharing_an_attributes_name_or_equal_numpy_scalars_record_once(d
     _K = np.float64(0.25)
     f(x)
     assert f.captures == 2
+
+
+_CALLS = 0
+
+
+def test_third_audit_iterators_deep_objects_and_global_stores_are_compile_errors(device):
+    """(A third audit.) An iterator argument (a DataLoader's) replayed its first batch
+    forever; an object holding Tensors two levels down replayed the recorded ones; a step
+    assigning a global (`global t; t += 1`) froze it at its recorded value."""
+    x = _const(np.ones((2, 3)), device)
+    f = ndl.compile(lambda it: next(it).sum())
+    with pytest.raises(ndl.CompileError, match="is an iterator: a replay would not draw"):
+        f(iter([x, x]))
+
+    class Batch:
+        def __init__(self, x):
+            self.items = [[x]]
+    g = ndl.compile(lambda b: b.items[0][0].sum())
+    with pytest.raises(ndl.CompileError, match="of type Batch holds Tensors"):
+        g(Batch(x))
+
+    def counting(x):
+        global _CALLS
+        _CALLS += 1
+        return x.sum() * _CALLS
+    with pytest.raises(ndl.CompileError, match="assigns the global or nonlocal variable"):
+        ndl.compile(counting)(x)
+    total = 0
+
+    def closing(x):
+        nonlocal total
+        total += 1
+        return x.sum()
+    with pytest.raises(ndl.CompileError, match="variable.*total"):
+        ndl.compile(closing)(x)
+
+    def own_cells(x):  # (a local captured by a lambda is the step's own: fine)
+        k = 2.0
+        scale = lambda t: t * k  # noqa: E731
+        return scale(x).sum()
+    np.testing.assert_array_equal(ndl.compile(own_cells)(x).numpy(), 12.0)
+
+
+def test_third_audit_guards_modes_cells_seeds_leaves_and_keys(device):
+    """(A third audit.) model.eval() inside the step dropped the guard on its attributes; an
+    LSTM's cells, used but never called, were not guarded; ndl.manual_seed inside the step
+    was not replayed; a non-leaf argument after a leaf one replayed without its graph;
+    dict keys 1, 1.0 and True shared a program."""
+    np.random.seed(0)
+    lin = nn.Linear(3, 2, device=device)
+    x = _const(np.ones((2, 3)), device)
+
+    def evaluate(x):
+        lin.eval()
+        return lin(x).sum()
+    f = ndl.compile(evaluate)
+    f(x)
+    lin.weight = nn.Parameter(np.full((3, 2), 2.0), device=device, dtype="float32")
+    _same([f(x)], [evaluate(x)])
+
+    lstm = nn.LSTM(3, 2, device=device)
+    seq = _const(np.ones((4, 1, 3)), device)
+    g = ndl.compile(lambda s: lstm(s)[0].sum())
+    g(seq)
+    cell = lstm.lstm_cells[0]
+    cell.W_hh = nn.Parameter(np.full(tuple(cell.W_hh.shape), 0.5), device=device,
+                             dtype="float32")
+    _same([g(seq)], [lstm(seq)[0].sum()])
+
+    drop = nn.Dropout(0.5)
+
+    def seeded(x):
+        ndl.manual_seed(3)
+        return drop(x)
+    h = ndl.compile(seeded)
+    _same([h(x) for _ in range(3)], [seeded(x) for _ in range(3)])
+    assert h.captures == 1
+
+    w = ndl.Tensor(np.ones((2, 3)), device=device, dtype="float32")
+    k = ndl.compile(lambda a: (a * a).sum().backward())
+    k(w)  # a leaf: recorded
+    with pytest.raises(ndl.CompileError, match="made before the step"):
+        k(w * 2.0)  # its graph is outside the step: recorded again, and refused
+    keyed = ndl.compile(lambda d: x.sum() * float(len(repr(next(iter(d))))))
+    assert [keyed({key: 0}).numpy().item() for key in (1, 1.0, True)] == [6.0, 18.0, 24.0]

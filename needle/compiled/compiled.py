@@ -13,7 +13,7 @@ from ..backends import Device
 from ..backends import call_hook as _device
 from ..grad_mode import _grad_enabled
 from .cuda_graph import Graphed, eligible
-from .names import name_guards
+from .names import assigned_names, name_guards
 from .program import Program, Retrace, detached
 from .recorder import Recorder
 from .support import CompileError, holds_values, is_array, is_module, reachable
@@ -24,9 +24,10 @@ _capturing = threading.Lock()  # one recording at a time (the hooks are process-
 def signature(args: tuple, kwargs: dict) -> tuple[tuple, list[Tensor], list[Any]]:
     """(the cache key, the Tensor arguments in order, objects keyed by identity).
 
-    The key holds each Tensor's shape, dtype, device and requires_grad (and which arguments
-    are the same Tensor), the values of other arguments (by identity when unhashable: the
-    entry keeps those alive, so an id is never reused), and the grad mode.
+    The key holds each Tensor's shape, dtype, device, requires_grad and whether it is a leaf
+    (and which arguments are the same Tensor), the values of other arguments (by identity
+    when unhashable: the entry keeps those alive, so an id is never reused), and the grad
+    mode. An iterator, or another object holding Tensors, is a CompileError.
     """
     tensors: list[Tensor] = []
     position: dict[int, int] = {}
@@ -42,17 +43,24 @@ def signature(args: tuple, kwargs: dict) -> tuple[tuple, list[Tensor], list[Any]
                 return ("same", i)
             position[id(obj)] = len(tensors)
             tensors.append(obj)
-            data = obj._array
-            return (Tensor, tuple(data.shape), data.dtype, obj.device, obj.requires_grad)
+            data = obj._array  # (whether it has a graph: one made outside is a CompileError)
+            return (Tensor, tuple(data.shape), data.dtype, obj.device, obj.requires_grad,
+                    obj.op is None)
         kind = type(obj)
         if kind is float or kind is complex or kind is int or kind is str or obj is None:
             pass  # (the common constants first)
         elif isinstance(obj, (tuple, list)):  # namedtuples too: their Tensors are arguments
             return (kind, tuple(map(walk, obj)))
-        elif isinstance(obj, dict):
-            return (kind, tuple((k, walk(v)) for k, v in obj.items()))
+        elif isinstance(obj, dict):  # (keys by type and printed value: 1, 1.0 and True differ)
+            return (kind, tuple(((type(k), repr(k) if type(k) in (float, complex) else k),
+                                 walk(v)) for k, v in obj.items()))
+        elif hasattr(obj, "__next__"):  # (a replay would not draw from it)
+            raise CompileError(
+                f"ndl.compile: an argument of type {kind.__name__} is an iterator: a replay "
+                "would not draw from it, but repeat the recording's items. Draw the batch "
+                "before the call and pass its Tensors")
         elif not (is_array(obj) or is_module(obj) or isinstance(obj, Device)) and (
-                holds_values(obj, 1)):
+                holds_values(obj, 3)):
             raise CompileError(
                 f"ndl.compile: an argument of type {kind.__name__} holds Tensors (or arrays): "
                 "a replay would read the ones it held when the step was recorded. Pass the "
@@ -140,6 +148,12 @@ class Compiled:
     def _capture(self, key: tuple, tensors: list, pinned: list, args: tuple,
                  kwargs: dict) -> Any:
         name = getattr(self.fn, "__qualname__", type(self.fn).__name__)
+        stored = assigned_names(self.fn)
+        if stored:
+            raise CompileError(
+                f"ndl.compile({name}): the step assigns the global or nonlocal variable(s) "
+                f"{', '.join(stored)}, which a replay (no Python runs) would not; keep such "
+                "state in a Tensor argument and its result, or outside the step")
         with _capturing:
             rec = Recorder(name)
             for i, t in enumerate(tensors):

@@ -79,3 +79,26 @@ def name_guards(fn: Any, const: Callable[[Any], str]) -> list[str]:
         lines.append(f"if not {same_name}({const(cell_value)}({const(cell)}), "
                      f"{const(value)}): raise _Retrace")
     return lines
+
+
+def _stores(code: types.CodeType, top: bool) -> set[str]:
+    """The globals `code` (and code nested in it) assign, and, at the top, the variables
+    of an enclosing function it assigns (`nonlocal`)."""
+    names = set()
+    for i in dis.get_instructions(code):
+        if i.opname in ("STORE_GLOBAL", "DELETE_GLOBAL") or (
+                top and i.opname in ("STORE_DEREF", "DELETE_DEREF")
+                and i.argval in code.co_freevars):
+            names.add(i.argval)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _stores(const, False)
+    return names
+
+
+def assigned_names(fn: Any) -> list[str]:
+    """The global and nonlocal variables step function `fn` assigns: a replay, which runs no
+    Python, would not (`global t; t += 1` would stay at its recorded value)."""
+    fn = getattr(fn, "__func__", fn)
+    code = getattr(fn, "__code__", None)
+    return [] if code is None else sorted(_stores(code, True))

@@ -99,8 +99,8 @@ class Program:
                         f"_check({i})")
         for m, training, assigned in rec.modules.values():  # (its settings, Parameters, ...
             k = rec.const(m)  # as at its first call: one assigned later records again)
-            head.append(f"if {k}.training != {training!r} or {k}._assigned != {assigned}: "
-                        "raise _Retrace")
+            mode = "" if training is None else f"{k}.training != {training!r} or "
+            head.append(f"if {mode}{k}._assigned != {assigned}: raise _Retrace")
         body = _schedule(rec.lines, out)
         params = ", ".join(f"v{i}" for i in range(n_args))
         self.source = "\n    ".join([f"def replay({params}):", *head, *body, f"return {out}"])

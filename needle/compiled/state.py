@@ -88,9 +88,16 @@ class StateHooks:
         return type(output).make_const(out_grad, device=output.device)
 
     def module(self, m: Any) -> None:
-        """A Module was called: replays check its train/eval mode."""
-        if self.active() and id(m) not in self.moded:  # (and for CUDA graphs)
-            self.modules.setdefault(id(m), (m, m.training, m._assigned))
+        """A Module was called: replays check its train/eval mode (unless the step sets
+        it) and its attributes' assignments, and those of its descendants, which a Module
+        may use without calling them (an LSTM's cells)."""
+        if not self.active() or id(m) in self.modules:
+            return
+        for sub in (m, *m.descendants()):
+            key = id(sub)
+            if key not in self.modules:  # (None: the mode the step sets itself)
+                training = None if key in self.moded else sub.training
+                self.modules[key] = (sub, training, sub._assigned)
 
     def module_set(self, m: Any, name: str, value: Any) -> None:
         """`m.name = value` inside the step, where a replay runs no Python: a Tensor the step
