@@ -717,3 +717,26 @@ def test_third_audit_guards_modes_cells_seeds_leaves_and_keys(device):
         k(w * 2.0)  # its graph is outside the step: recorded again, and refused
     keyed = ndl.compile(lambda d: x.sum() * float(len(repr(next(iter(d))))))
     assert [keyed({key: 0}).numpy().item() for key in (1, 1.0, True)] == [6.0, 18.0, 24.0]
+
+
+def test_a_step_recorded_at_every_call_says_so_once(device):
+    """(A third audit.) A step whose guards fail at every call (a GAN's requires_grad set
+    inside it, an attribute changed each call) recorded at every call, slower than eagerly,
+    silently: after 2 * max_cache + 1 recordings of one signature it warns, once."""
+    lin = nn.Linear(3, 2, device=device)
+    x = _const(np.ones((2, 3)), device)
+
+    def step(x):
+        out = lin(x).sum()
+        lin.k = object()  # a new setting after the call: the next call records again
+        return out
+    f = ndl.compile(step, max_cache=2)
+    with pytest.warns(RuntimeWarning, match="recorded 5 times for the same arguments"):
+        for _ in range(5):
+            f(x)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(3):
+            f(x)
+    assert f.captures == 8

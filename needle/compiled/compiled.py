@@ -95,8 +95,9 @@ class Compiled:
         self.max_cache = max_cache
         self.cuda_graph = cuda_graph
         # signature -> (its programs, most recent first: one per state of the guards, such
-        # as train and eval mode; the objects its key holds by identity)
-        self.cache: OrderedDict[tuple, tuple[list[Program], list]] = OrderedDict()
+        # as train and eval mode; the objects its key holds by identity; how many times it
+        # was recorded)
+        self.cache: OrderedDict[tuple, tuple[list[Program], list, int]] = OrderedDict()
         #: how many times the step was recorded (a new signature, a failed guard)
         self.captures = 0
         #: a method (set when bound or defined in a class body): self keyed by identity
@@ -182,8 +183,16 @@ class Compiled:
             else:
                 replay = Graphed(program)
         self.captures += 1
-        programs = self.cache[key][0] if key in self.cache else []
-        self.cache[key] = ([replay] + programs[:self.max_cache - 1], pinned)
+        programs, recorded = self.cache[key][0::2] if key in self.cache else ([], 0)
+        recorded += 1
+        if recorded == 2 * self.max_cache + 1:  # (said once per signature)
+            warnings.warn(
+                f"ndl.compile({name}): recorded {recorded} times for the same arguments' "
+                "signature: something the step depends on changes at almost every call (a "
+                "Module attribute or mode, a global, a Tensor's requires_grad set inside the "
+                "step), so it runs slower than eagerly; see the README's ndl.compile list",
+                RuntimeWarning, stacklevel=3)
+        self.cache[key] = ([replay] + programs[:self.max_cache - 1], pinned, recorded)
         self.cache.move_to_end(key)
         while len(self.cache) > self.max_cache:
             self.cache.popitem(last=False)
@@ -191,7 +200,8 @@ class Compiled:
 
     def programs(self) -> list[Program]:
         """The recorded programs, least recently used signature first (`source` shows each)."""
-        return [getattr(p, "program", p) for programs, _ in self.cache.values() for p in programs]
+        return [getattr(p, "program", p) for programs, *_ in self.cache.values()
+                for p in programs]
 
 
 _UNBOUND = object()  # Compiled._call's instance when the step is no bound method
