@@ -191,6 +191,15 @@ def test_in_place_operators_update_under_no_grad_as_pytorchs(device):
     kept = course
     course /= 255.0  # (a review: the leaf's error was for every tensor; a new one, as before)
     assert course is not kept and course.op is not None
+    W = ndl.Tensor(np.ones(3), device=device, dtype="float32")
+    (W * W).sum().backward()
+    with pytest.raises(RuntimeError, match="in-place operation"):
+        W -= 0.1 * W.grad  # (a leaf with a gradient: PyTorch's error, where a
+    # rebinding would chain every step's W into one growing graph)
+    w1, w2 = (ndl.Tensor(np.ones(3), device=device, dtype="float32") for _ in range(2))
+    (w1 + w2).sum().backward()
+    w1.grad *= 2.0  # (its own .grad: w2's is another object)
+    assert w2.grad.numpy().tolist() == [1.0, 1.0, 1.0]
     plain = ndl.Tensor(np.ones(3), device=device, dtype="float32", requires_grad=False)
     alias = plain
     plain += 1.0  # nothing requires grad: in place while recording too, as PyTorch's

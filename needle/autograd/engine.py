@@ -101,6 +101,7 @@ def backward(output: Value, out_grad: Any, retain_graph: bool = True) -> None:
     if view is not None:
         view.retains = retain_graph  # False: a rule may consume its node's saved values
     partials_of: dict[Value, list] = {output: [out_grad]}
+    given: set[int] = set()  # the recorded adjoints given to leaves as their .grad
     clock = graph._VERSION_CLOCK
     for node in reversed(find_topo_sort([output], requiring_grad=True)):
         partials = partials_of.pop(node, None)
@@ -123,6 +124,10 @@ def backward(output: Value, out_grad: Any, retain_graph: bool = True) -> None:
         if tracer is not None and op is not None:
             tracer.backward_node(node)  # (ndl.compile: not a graph from before the step)
         if op is None:
+            if record:  # a leaf's own .grad, never another leaf's object (`w1 + w2` gives
+                if id(grad) in given and grad._array.__class__ is not tuple:  # both one):
+                    grad = grad.reshape(grad.shape)  # `w1.grad *= 2` must not scale w2's
+                given.add(id(grad))
             node._grad = grad
             if tracer is not None:
                 tracer.grad_set(node, raw_leaves)

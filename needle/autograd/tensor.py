@@ -328,9 +328,11 @@ class Tensor(Value):
         is returned and marked modified, where no graph needs the result: under no_grad(),
         or with nothing that requires grad. Else a new tensor, a node of the graph (`x +=
         y` in a forward; the course's tensors require grad by default), except for a
-        Parameter (PyTorch's error: update it under no_grad())."""
+        Parameter or a leaf that has a gradient (PyTorch's error: `W -= lr * W.grad` would
+        chain every step's W into one growing graph; update it under no_grad())."""
         if _grad_enabled() and (self.requires_grad or getattr(other, "requires_grad", False)):
-            if self._in_place_needs_no_grad and self.requires_grad and self.op is None:
+            if self.requires_grad and self.op is None and (
+                    self._in_place_needs_no_grad or self._grad is not None):
                 raise RuntimeError(f"a leaf Tensor that requires grad is used in an in-place "
                                    f"operation ({op}): update it inside `with ndl.no_grad():`, "
                                    "or through .data")

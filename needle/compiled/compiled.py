@@ -9,14 +9,13 @@ from collections import OrderedDict
 from typing import Any, Callable
 
 from ..autograd import Tensor, TensorTuple, Value, graph
-from ..backends import Device
 from ..backends import call_hook as _device
 from ..grad_mode import _grad_enabled
 from .cuda_graph import Graphed, eligible
-from .names import assigned_names, name_guards
+from .names import assigned, name_guards, snapshot
 from .program import Program, Retrace, detached
 from .recorder import Recorder
-from .support import CompileError, holds_values, is_array, is_module, reachable
+from .support import CompileError, holds_data, is_array, reachable
 
 _capturing = threading.Lock()  # one recording at a time (the hooks are process-wide)
 
@@ -27,7 +26,8 @@ def signature(args: tuple, kwargs: dict) -> tuple[tuple, list[Tensor], list[Any]
     The key holds each Tensor's shape, dtype, device, requires_grad and whether it is a leaf
     (and which arguments are the same Tensor), the values of other arguments (by identity
     when unhashable: the entry keeps those alive, so an id is never reused), and the grad
-    mode. An iterator, or another object holding Tensors, is a CompileError.
+    mode. An iterator, or another object holding Tensors (not inside its Modules, Optimizers
+    or Devices), is a CompileError.
     """
     tensors: list[Tensor] = []
     position: dict[int, int] = {}
@@ -59,8 +59,7 @@ def signature(args: tuple, kwargs: dict) -> tuple[tuple, list[Tensor], list[Any]
                 f"ndl.compile: an argument of type {kind.__name__} is an iterator: a replay "
                 "would not draw from it, but repeat the recording's items. Draw the batch "
                 "before the call and pass its Tensors")
-        elif not (is_array(obj) or is_module(obj) or isinstance(obj, Device)) and (
-                holds_values(obj, 3)):
+        elif not is_array(obj) and holds_data(obj):
             raise CompileError(
                 f"ndl.compile: an argument of type {kind.__name__} holds Tensors (or arrays): "
                 "a replay would read the ones it held when the step was recorded. Pass the "
@@ -149,12 +148,7 @@ class Compiled:
     def _capture(self, key: tuple, tensors: list, pinned: list, args: tuple,
                  kwargs: dict) -> Any:
         name = getattr(self.fn, "__qualname__", type(self.fn).__name__)
-        stored = assigned_names(self.fn)
-        if stored:
-            raise CompileError(
-                f"ndl.compile({name}): the step assigns the global or nonlocal variable(s) "
-                f"{', '.join(stored)}, which a replay (no Python runs) would not; keep such "
-                "state in a Tensor argument and its result, or outside the step")
+        names_before = snapshot(self.fn)
         with _capturing:
             rec = Recorder(name)
             for i, t in enumerate(tensors):
@@ -166,6 +160,12 @@ class Compiled:
             finally:
                 graph._TRACER = None
                 _device.set_call_hook(None)
+            stored = assigned(self.fn, names_before)
+            if stored:
+                raise CompileError(
+                    f"ndl.compile({name}): the step assigned the global or nonlocal variable(s) "
+                    f"{', '.join(stored)}, which a replay (no Python runs) would not; keep such "
+                    "state in a Tensor argument and the step's result, or outside the step")
             # an argument the step can also reach otherwise (a closure's Tensor, a parameter)
             # may have been read either way: its program serves that Tensor only
             outside = reachable([self.fn, *pinned, *rec.consts.values(),

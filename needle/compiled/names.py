@@ -81,24 +81,27 @@ def name_guards(fn: Any, const: Callable[[Any], str]) -> list[str]:
     return lines
 
 
-def _stores(code: types.CodeType, top: bool) -> set[str]:
-    """The globals `code` (and code nested in it) assign, and, at the top, the variables
-    of an enclosing function it assigns (`nonlocal`)."""
-    names = set()
-    for i in dis.get_instructions(code):
-        if i.opname in ("STORE_GLOBAL", "DELETE_GLOBAL") or (
-                top and i.opname in ("STORE_DEREF", "DELETE_DEREF")
-                and i.argval in code.co_freevars):
-            names.add(i.argval)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _stores(const, False)
-    return names
-
-
-def assigned_names(fn: Any) -> list[str]:
-    """The global and nonlocal variables step function `fn` assigns: a replay, which runs no
-    Python, would not (`global t; t += 1` would stay at its recorded value)."""
+def snapshot(fn: Any) -> tuple[dict, list]:
+    """The values of the globals step function `fn` names and of its closure cells, now."""
     fn = getattr(fn, "__func__", fn)
     code = getattr(fn, "__code__", None)
-    return [] if code is None else sorted(_stores(code, True))
+    if code is None:
+        return {}, []
+    found = fn.__globals__
+    values = {name: found.get(name, _MISSING) for name in _names(code)}
+    return values, [cell_value(c) for c in fn.__closure__ or ()]
+
+
+def assigned(fn: Any, before: tuple[dict, list]) -> list[str]:
+    """The globals and closure variables of `fn` whose values differ from `before` (its
+    snapshot): assigned by the step or what it called, which a replay would not do."""
+    fn = getattr(fn, "__func__", fn)
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return []
+    values, cells = before
+    found = fn.__globals__
+    names = [n for n, v in values.items() if not same(found.get(n, _MISSING), v)]
+    names += [name for name, cell, v in zip(code.co_freevars, fn.__closure__ or (), cells)
+              if not same(cell_value(cell), v)]
+    return sorted(names)
