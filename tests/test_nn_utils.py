@@ -55,10 +55,11 @@ def test_clip_grad_norm_single_tensor_and_shared_grads(device):
     w.grad = tensor([3.0, 4.0], device, requires_grad=False)
     assert float(clip_grad_norm_(w, 1.0)) == pytest.approx(5.0)
     np.testing.assert_allclose(w.grad.numpy(), [0.6, 0.8], rtol=1e-6)
-    # a + b hands both leaves the same gradient tensor: each is scaled once
+    # a + b gives each leaf its own .grad; one gradient tensor set on both is scaled once
     a, b = tensor([3.0], device), tensor([4.0], device)
     (a + b).backward(tensor([2.0], device, requires_grad=False))
-    assert a.grad is b.grad
+    assert a.grad is not b.grad
+    a.grad = b.grad = tensor([2.0], device, requires_grad=False)
     assert float(clip_grad_norm_([a, b], 1.0)) == pytest.approx(np.sqrt(8.0))
     np.testing.assert_allclose([a.grad.item(), b.grad.item()], [2 / np.sqrt(8)] * 2, rtol=1e-6)
     assert float(clip_grad_norm_([tensor([1.0], device)], 1.0)) == 0.0  # no grads at all
