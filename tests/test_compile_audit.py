@@ -703,8 +703,16 @@ def test_third_audit_iterators_deep_objects_and_global_stores_are_compile_errors
     for _ in range(3):
         s(Trainer(), opt, x)
     vocab = type("Vocab", (), {})()
-    vocab.words = [str(i) for i in range(100000)]  # (looked at in part: a bounded cost)
+    vocab.words = [str(i) for i in range(100000)]  # (searched once, when recorded)
     ndl.compile(lambda v, x: x.sum())(vocab, x)
+
+    class Holder:  # (a review: a Tensor after 8 other attributes, and beside an optimizer)
+        def __init__(self):
+            for i in range(8):
+                setattr(self, f"a{i}", i)
+            self.optimizer, self.x = opt, x
+    with pytest.raises(ndl.CompileError, match="of type Holder holds Tensors"):
+        ndl.compile(lambda h: h.x.sum())(Holder())
 
 
 def test_third_audit_guards_modes_cells_seeds_leaves_and_keys(device):
@@ -772,3 +780,16 @@ def test_a_step_recorded_at_every_call_says_so_once(device):
         for _ in range(3):
             f(x)
     assert f.captures == 8
+
+    k = 0.0
+
+    def annealed(x):  # (a review: k changed once an epoch records once an epoch, replays
+        return lin(x).sum() * k  # in between: no warning, however many epochs)
+    g = ndl.compile(annealed, max_cache=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for epoch in range(8):
+            k = float(epoch)
+            for _ in range(10):
+                g(x)
+    assert g.captures == 8

@@ -3,6 +3,7 @@ TensorTuple lives in tensor_tuple.py (re-exported here)."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from ..arguments import flag
@@ -328,14 +329,20 @@ class Tensor(Value):
         is returned and marked modified, where no graph needs the result: under no_grad(),
         or with nothing that requires grad. Else a new tensor, a node of the graph (`x +=
         y` in a forward; the course's tensors require grad by default), except for a
-        Parameter or a leaf that has a gradient (PyTorch's error: `W -= lr * W.grad` would
-        chain every step's W into one growing graph; update it under no_grad())."""
+        Parameter (PyTorch's error: update it under no_grad()); a leaf that has a gradient
+        warns (`W -= lr * W.grad` chains every step's W into one growing graph)."""
         if _grad_enabled() and (self.requires_grad or getattr(other, "requires_grad", False)):
-            if self.requires_grad and self.op is None and (
-                    self._in_place_needs_no_grad or self._grad is not None):
-                raise RuntimeError(f"a leaf Tensor that requires grad is used in an in-place "
-                                   f"operation ({op}): update it inside `with ndl.no_grad():`, "
-                                   "or through .data")
+            if self.requires_grad and self.op is None:
+                if self._in_place_needs_no_grad:
+                    raise RuntimeError(f"a leaf Tensor that requires grad is used in an "
+                                       f"in-place operation ({op}): update it inside `with "
+                                       "ndl.no_grad():`, or through .data")
+                if self._grad is not None:  # (the course's W -= lr * W.grad: its needle
+                    warnings.warn(  # rebinds, chaining every step's W into one graph)
+                        f"`{op}` on a leaf Tensor that has a gradient makes a new Tensor of "
+                        "the graph, as the course's needle does, so each update adds to one "
+                        "growing graph; update it inside `with ndl.no_grad():` (in place) or "
+                        "with `W = (W - lr * W.grad).detach()`", UserWarning, stacklevel=3)
             return fn(other)
         out = fn(other)
         if out.shape != self.shape:

@@ -20,18 +20,19 @@ from .support import CompileError, holds_data, is_array, reachable
 _capturing = threading.Lock()  # one recording at a time (the hooks are process-wide)
 
 
-def signature(args: tuple, kwargs: dict) -> tuple[tuple, list[Tensor], list[Any]]:
-    """(the cache key, the Tensor arguments in order, objects keyed by identity).
+def signature(args: tuple, kwargs: dict) -> tuple[tuple, list[Tensor], list[Any], list[Any]]:
+    """(the cache key, the Tensor arguments in order, objects keyed by identity, other
+    objects among the arguments: `holding` searches them for Tensors when recording).
 
     The key holds each Tensor's shape, dtype, device, requires_grad and whether it is a leaf
     (and which arguments are the same Tensor), the values of other arguments (by identity
     when unhashable: the entry keeps those alive, so an id is never reused), and the grad
-    mode. An iterator, or another object holding Tensors (not inside its Modules, Optimizers
-    or Devices), is a CompileError.
+    mode. An iterator is a CompileError.
     """
     tensors: list[Tensor] = []
     position: dict[int, int] = {}
     pinned: list[Any] = []
+    held: list[Any] = []
 
     def walk(obj: Any) -> Any:
         if isinstance(obj, Value):
@@ -59,11 +60,8 @@ def signature(args: tuple, kwargs: dict) -> tuple[tuple, list[Tensor], list[Any]
                 f"ndl.compile: an argument of type {kind.__name__} is an iterator: a replay "
                 "would not draw from it, but repeat the recording's items. Draw the batch "
                 "before the call and pass its Tensors")
-        elif not is_array(obj) and holds_data(obj):
-            raise CompileError(
-                f"ndl.compile: an argument of type {kind.__name__} holds Tensors (or arrays): "
-                "a replay would read the ones it held when the step was recorded. Pass the "
-                "Tensors, or a tuple, list, dict or namedtuple of them")
+        elif not is_array(obj):
+            held.append(obj)  # (searched for Tensors when recorded: `holding`)
         if isinstance(obj, (float, complex)) or (
                 getattr(obj, "shape", None) == () and kind.__module__ == "numpy"):
             return (kind, repr(obj))  # -0.0 is not 0.0, and NaN is NaN
@@ -75,7 +73,7 @@ def signature(args: tuple, kwargs: dict) -> tuple[tuple, list[Tensor], list[Any]
         return (kind, obj)
 
     try:
-        return (_grad_enabled(), walk(args), walk(kwargs)), tensors, pinned
+        return (_grad_enabled(), walk(args), walk(kwargs)), tensors, pinned, held
     finally:
         walk = None  # noqa: F841 (the closure's cell held walk itself: a cycle that kept every
         # call's argument Tensors alive until the garbage collector ran)
@@ -93,10 +91,10 @@ class Compiled:
         self.fn = fn
         self.max_cache = max_cache
         self.cuda_graph = cuda_graph
-        # signature -> (its programs, most recent first: one per state of the guards, such
+        # signature -> [its programs, most recent first: one per state of the guards, such
         # as train and eval mode; the objects its key holds by identity; how many times it
-        # was recorded)
-        self.cache: OrderedDict[tuple, tuple[list[Program], list, int]] = OrderedDict()
+        # was recorded and replayed; whether a warning said it records at most calls]
+        self.cache: OrderedDict[tuple, list] = OrderedDict()
         #: how many times the step was recorded (a new signature, a failed guard)
         self.captures = 0
         #: a method (set when bound or defined in a class body): self keyed by identity
@@ -129,7 +127,7 @@ class Compiled:
             if bound:
                 return self.fn(instance, *args, **kwargs)  # inside another recording
             return self.fn(*args, **kwargs)  # inside another recording: part of it
-        key, tensors, pinned = signature(args, kwargs)
+        key, tensors, pinned, held = signature(args, kwargs)
         if bound:  # by identity even when instances compare equal: each reads its own state
             key = (("self", id(instance)), *key)
             pinned.append(instance)
@@ -141,8 +139,15 @@ class Compiled:
                     out = program(tensors)
                 except Retrace:  # (raised before anything ran)
                     continue
+                entry[3] += 1
                 self.cache.move_to_end(key)
                 return out
+        for obj in held:  # (recording: a full search, once per signature)
+            if holds_data(obj):
+                raise CompileError(
+                    f"ndl.compile: an argument of type {type(obj).__name__} holds Tensors (or "
+                    "arrays): a replay would read the ones it held when the step was recorded. "
+                    "Pass the Tensors, or a tuple, list, dict or namedtuple of them")
         return self._capture(key, tensors, pinned, args, kwargs)
 
     def _capture(self, key: tuple, tensors: list, pinned: list, args: tuple,
@@ -183,16 +188,18 @@ class Compiled:
             else:
                 replay = Graphed(program)
         self.captures += 1
-        programs, recorded = self.cache[key][0::2] if key in self.cache else ([], 0)
+        programs, _, recorded, replayed, warned = self.cache.get(key, ([], None, 0, 0, False))
         recorded += 1
-        if recorded == 2 * self.max_cache + 1:  # (said once per signature)
+        if not warned and recorded > 2 * self.max_cache and recorded > replayed:
+            warned = True  # (said once per signature)
             warnings.warn(
                 f"ndl.compile({name}): recorded {recorded} times for the same arguments' "
-                "signature: something the step depends on changes at almost every call (a "
-                "Module attribute or mode, a global, a Tensor's requires_grad set inside the "
-                "step), so it runs slower than eagerly; see the README's ndl.compile list",
-                RuntimeWarning, stacklevel=3)
-        self.cache[key] = ([replay] + programs[:self.max_cache - 1], pinned, recorded)
+                f"signature and replayed {replayed} times: something the step depends on "
+                "changes at almost every call (a Module attribute or mode, a global, a "
+                "Tensor's requires_grad set inside the step), so it runs slower than "
+                "eagerly; see the README's ndl.compile list", RuntimeWarning, stacklevel=3)
+        self.cache[key] = [[replay] + programs[:self.max_cache - 1], pinned, recorded,
+                           replayed, warned]
         self.cache.move_to_end(key)
         while len(self.cache) > self.max_cache:
             self.cache.popitem(last=False)

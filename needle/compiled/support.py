@@ -60,25 +60,24 @@ def holds_values(obj: Any, depth: int = 2) -> bool:
     return any(holds_values(o, depth - 1) for o in _contents(obj))
 
 
-def holds_data(obj: Any, depth: int = 3, limit: int = 8) -> bool:
+def holds_data(obj: Any, depth: int = 3) -> bool:
     """Whether argument `obj` holds Values or arrays a replay would not see anew, `depth`
-    levels down, in at most `limit` items of each container or object (a bound on the cost
-    at every call), never inside a Module, Optimizer or Device (the step's own state, which
-    replays read as it is then)."""
+    levels down, never inside a Module, Optimizer or Device (the step's own state: a Module
+    the step calls is guarded, an optimizer's step is replayed)."""
     if isinstance(obj, Value) or is_array(obj):
         return True
     if depth == 0 or isinstance(obj, (str, bytes, type, types.ModuleType)) or _own_state(obj):
         return False
-    return any(holds_data(o, depth - 1, limit) for o in _contents(obj)[:limit])
+    return any(holds_data(o, depth - 1) for o in _contents(obj))
 
 
 def _own_state(obj: Any) -> bool:
-    """A Module, an Optimizer (or a wrapper of one) or a Device."""
+    """A Module, an Optimizer (or needle.distributed's wrapper of one) or a Device."""
     from ..backends import Device
+    from ..distributed.parallel import DistributedOptimizer
     from ..optim import Optimizer
 
-    return is_module(obj) or isinstance(obj, (Optimizer, Device)) or isinstance(
-        getattr(obj, "optimizer", None), Optimizer)
+    return is_module(obj) or isinstance(obj, (Optimizer, DistributedOptimizer, Device))
 
 
 def _contents(obj: Any) -> list:
