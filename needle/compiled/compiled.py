@@ -170,7 +170,8 @@ class Compiled:
                 raise CompileError(
                     f"ndl.compile({name}): the step assigned the global or nonlocal variable(s) "
                     f"{', '.join(stored)}, which a replay (no Python runs) would not; keep such "
-                    "state in a Tensor argument and the step's result, or outside the step")
+                    "state in a Tensor argument and the step's result, or outside the step (this "
+                    "call ran the step once, eagerly)")
             # an argument the step can also reach otherwise (a closure's Tensor, a parameter)
             # may have been read either way: its program serves that Tensor only
             outside = reachable([self.fn, *pinned, *rec.consts.values(),
