@@ -714,6 +714,18 @@ def test_third_audit_iterators_deep_objects_and_global_stores_are_compile_errors
     with pytest.raises(ndl.CompileError, match="of type Holder holds Tensors"):
         ndl.compile(lambda h: h.x.sum())(Holder())
 
+    class State:  # (a review: a Tensor set on an argument after the recording, by the step
+        h = None  # itself, the RNN-state pattern, replayed the recorded one)
+
+    def carry(st, x):
+        out = x.sum() if st.h is None else (x + st.h).sum()
+        st.h = x.detach()
+        return out
+    c, st = ndl.compile(carry), State()
+    c(st, x)
+    with pytest.raises(ndl.CompileError, match="of type State holds Tensors"):
+        c(st, x)
+
 
 def test_third_audit_guards_modes_cells_seeds_leaves_and_keys(device):
     """(A third audit.) model.eval() inside the step dropped the guard on its attributes; an
@@ -771,7 +783,7 @@ def test_a_step_recorded_at_every_call_says_so_once(device):
         lin.k = object()  # a new setting after the call: the next call records again
         return out
     f = ndl.compile(step, max_cache=2)
-    with pytest.warns(RuntimeWarning, match="recorded 5 times for the same arguments"):
+    with pytest.warns(RuntimeWarning, match="recorded 5 times in a row for the same arguments"):
         for _ in range(5):
             f(x)
     import warnings

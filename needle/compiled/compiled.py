@@ -61,7 +61,9 @@ def signature(args: tuple, kwargs: dict) -> tuple[tuple, list[Tensor], list[Any]
                 "would not draw from it, but repeat the recording's items. Draw the batch "
                 "before the call and pass its Tensors")
         elif not is_array(obj):
-            held.append(obj)  # (searched for Tensors when recorded: `holding`)
+            if holds_data(obj, limit=8):  # (in part at every call: a bounded cost; in
+                raise CompileError(_holds_message(kind))  # full when recorded: `held`)
+            held.append(obj)
         if isinstance(obj, (float, complex)) or (
                 getattr(obj, "shape", None) == () and kind.__module__ == "numpy"):
             return (kind, repr(obj))  # -0.0 is not 0.0, and NaN is NaN
@@ -79,6 +81,12 @@ def signature(args: tuple, kwargs: dict) -> tuple[tuple, list[Tensor], list[Any]
         # call's argument Tensors alive until the garbage collector ran)
 
 
+def _holds_message(kind: type) -> str:
+    return (f"ndl.compile: an argument of type {kind.__name__} holds Tensors (or arrays): a "
+            "replay would read the ones it held when the step was recorded. Pass the Tensors, "
+            "or a tuple, list, dict or namedtuple of them")
+
+
 class Compiled:
     """A step function recorded once per signature and replayed after (see `compile`)."""
 
@@ -93,7 +101,7 @@ class Compiled:
         self.cuda_graph = cuda_graph
         # signature -> [its programs, most recent first: one per state of the guards, such
         # as train and eval mode; the objects its key holds by identity; how many times it
-        # was recorded and replayed; whether a warning said it records at most calls]
+        # was recorded, and in a row since its last replay; whether a warning said so]
         self.cache: OrderedDict[tuple, list] = OrderedDict()
         #: how many times the step was recorded (a new signature, a failed guard)
         self.captures = 0
@@ -139,15 +147,12 @@ class Compiled:
                     out = program(tensors)
                 except Retrace:  # (raised before anything ran)
                     continue
-                entry[3] += 1
+                entry[3] = 0  # (replayed: no run of recordings)
                 self.cache.move_to_end(key)
                 return out
         for obj in held:  # (recording: a full search, once per signature)
             if holds_data(obj):
-                raise CompileError(
-                    f"ndl.compile: an argument of type {type(obj).__name__} holds Tensors (or "
-                    "arrays): a replay would read the ones it held when the step was recorded. "
-                    "Pass the Tensors, or a tuple, list, dict or namedtuple of them")
+                raise CompileError(_holds_message(type(obj)))
         return self._capture(key, tensors, pinned, args, kwargs)
 
     def _capture(self, key: tuple, tensors: list, pinned: list, args: tuple,
@@ -189,18 +194,18 @@ class Compiled:
             else:
                 replay = Graphed(program)
         self.captures += 1
-        programs, _, recorded, replayed, warned = self.cache.get(key, ([], None, 0, 0, False))
-        recorded += 1
-        if not warned and recorded > 2 * self.max_cache and recorded > replayed:
+        programs, _, recorded, run, warned = self.cache.get(key, ([], None, 0, 0, False))
+        recorded, run = recorded + 1, run + 1
+        if not warned and run > 2 * self.max_cache:
             warned = True  # (said once per signature)
             warnings.warn(
-                f"ndl.compile({name}): recorded {recorded} times for the same arguments' "
-                f"signature and replayed {replayed} times: something the step depends on "
-                "changes at almost every call (a Module attribute or mode, a global, a "
-                "Tensor's requires_grad set inside the step), so it runs slower than "
-                "eagerly; see the README's ndl.compile list", RuntimeWarning, stacklevel=3)
-        self.cache[key] = [[replay] + programs[:self.max_cache - 1], pinned, recorded,
-                           replayed, warned]
+                f"ndl.compile({name}): recorded {run} times in a row for the same arguments' "
+                "signature: something the step depends on changes at every call (a Module "
+                "attribute or mode, a global, a Tensor's requires_grad set inside the step), "
+                "so it runs slower than eagerly; see the README's ndl.compile list",
+                RuntimeWarning, stacklevel=3)
+        self.cache[key] = [[replay] + programs[:self.max_cache - 1], pinned, recorded, run,
+                           warned]
         self.cache.move_to_end(key)
         while len(self.cache) > self.max_cache:
             self.cache.popitem(last=False)

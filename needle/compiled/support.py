@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import traceback
 import types
@@ -60,24 +61,46 @@ def holds_values(obj: Any, depth: int = 2) -> bool:
     return any(holds_values(o, depth - 1) for o in _contents(obj))
 
 
-def holds_data(obj: Any, depth: int = 3) -> bool:
+def holds_data(obj: Any, depth: int = 3, limit: int | None = None) -> bool:
     """Whether argument `obj` holds Values or arrays a replay would not see anew, `depth`
-    levels down, never inside a Module, Optimizer or Device (the step's own state: a Module
-    the step calls is guarded, an optimizer's step is replayed)."""
+    levels down (in the first `limit` items of each container or object, all with None),
+    never inside a Module, Optimizer or Device (the step's own state: a Module the step
+    calls is guarded, an optimizer's step is replayed)."""
     if isinstance(obj, Value) or is_array(obj):
         return True
-    if depth == 0 or isinstance(obj, (str, bytes, type, types.ModuleType)) or _own_state(obj):
+    if depth == 0 or type(obj) in _ATOMS or isinstance(obj, _OPAQUE) or isinstance(
+            obj, _own_state()):
         return False
-    return any(holds_data(o, depth - 1) for o in _contents(obj))
+    items = _contents(obj) if limit is None else itertools.islice(_items(obj), limit)
+    return any(holds_data(o, depth - 1, limit) for o in items)
 
 
-def _own_state(obj: Any) -> bool:
-    """A Module, an Optimizer (or needle.distributed's wrapper of one) or a Device."""
-    from ..backends import Device
-    from ..distributed.parallel import DistributedOptimizer
-    from ..optim import Optimizer
+_ATOMS = frozenset({int, float, complex, bool, str, bytes, type(None)})
+_OPAQUE = (str, bytes, type, types.ModuleType)
+_OWN_STATE: tuple = ()
 
-    return is_module(obj) or isinstance(obj, (Optimizer, DistributedOptimizer, Device))
+
+def _own_state() -> tuple:
+    """The classes of the step's own state: Module, Optimizer (and needle.distributed's
+    wrapper of one) and Device (resolved once: importing them here at load would cycle)."""
+    global _OWN_STATE
+    if not _OWN_STATE:
+        from ..backends import Device
+        from ..distributed.parallel import DistributedOptimizer
+        from ..nn import Module
+        from ..optim import Optimizer
+
+        _OWN_STATE = (Module, Optimizer, DistributedOptimizer, Device)
+    return _OWN_STATE
+
+
+def _items(obj: Any) -> Any:
+    """What a container holds, or another object's attributes, as an iterator (no copy)."""
+    if isinstance(obj, dict):
+        return iter(obj.values())
+    if isinstance(obj, (tuple, list, set, frozenset)):
+        return iter(obj)
+    return iter(_attributes(obj))
 
 
 def _contents(obj: Any) -> list:
