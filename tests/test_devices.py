@@ -87,6 +87,26 @@ def test_tensor_to_device(device):
     assert t.to(ndl.cpu()) is t
 
 
+def test_a_copy_to_another_device_passes_gradients_back(device):
+    """(A port audit.) Tensor.to made a new leaf: features on one device and a head on
+    another left the features' parameters without gradients, silently."""
+    np.random.seed(0)
+    feat = ndl.nn.Linear(3, 4, dtype="float64")  # on cpu
+    head = ndl.nn.Linear(4, 2, device=device, dtype="float64")
+    x = ndl.Tensor(np.arange(6.0).reshape(2, 3), dtype="float64", requires_grad=False)
+    for create_graph in (True, False):
+        h = feat(x).to(device)
+        assert h.device == device and h.requires_grad
+        (head(h) ** 2).sum().backward(create_graph=create_graph)
+        assert feat.weight.grad is not None and feat.weight.grad.device == ndl.cpu()
+        w, hw = feat.weight.numpy(), head.weight.numpy()  # by hand: d sum((x w + b) hw + hb)^2
+        z = (x.numpy() @ w + feat.bias.numpy()) @ hw + head.bias.numpy()
+        np.testing.assert_allclose(feat.weight.grad.numpy(), x.numpy().T @ (2 * z @ hw.T),
+                                   rtol=1e-12)
+    with ndl.no_grad():
+        assert not feat(x).to(device).requires_grad
+
+
 def test_dtype_of_every_device_compares_to_names(device):
     t = ndl.Tensor([1, 2], device=device, dtype="float32")
     assert t.dtype == "float32" and t.dtype != "float64"

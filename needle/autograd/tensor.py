@@ -124,11 +124,14 @@ class Tensor(Value):
         return (self[i] for i in range(len(self)))
 
     def to(self, device: Device) -> Tensor:
-        """This tensor on `device` (itself when already there); the copy is a new leaf."""
+        """This tensor on `device` (itself when already there): a copy in the graph, so
+        gradients flow back to this tensor's device, as PyTorch's `.to`."""
         check_device(device)
         if device == self.device:
             return self
-        return Tensor(self, device=device, requires_grad=self.requires_grad)
+        from ..ops.device_copy import to_device
+
+        return to_device(self, device)
 
     # ----- DLPack: other libraries share this tensor's memory (the device does the work) ---
     def __dlpack__(self, **kwargs: Any) -> Any:
