@@ -820,3 +820,28 @@ def test_requires_grad_in_place_as_pytorchs(device):
     with pytest.raises(TypeError, match="requires_grad must be True or False"):
         x.requires_grad_("no")
     assert not x.requires_grad_(False).requires_grad
+
+
+def test_a_user_rule_with_too_few_or_ill_shaped_adjoints_is_named(device):
+    """(A port audit.) One adjoint for a two-input op left the second input without .grad,
+    silently (PyTorch: "returned an incorrect number of gradients"); an ill-shaped one gave
+    sum_to_shape's error, which named no op."""
+    class Few(ndl.autograd.TensorOp):
+        def compute(self, a, b):
+            return a * b
+
+        def gradient(self, out_grad, node):
+            return out_grad * node.inputs[1]
+
+    class Bent(Few):
+        def gradient(self, out_grad, node):
+            return ndl.ops.transpose(out_grad), out_grad
+
+    a = ndl.Tensor(np.ones((3, 4)), device=device)
+    b = ndl.Tensor(np.ones((3, 4)), device=device)
+    for create_graph in (True, False):
+        with pytest.raises(ValueError, match=r"Few.gradient returned 1 adjoint\(s\) for 2"):
+            Few()(a, b).sum().backward(create_graph=create_graph)
+        with pytest.raises(ValueError, match=r"Bent.gradient: the adjoint of input 0 does "
+                                             r"not fit its shape \(3, 4\)"):
+            Bent()(a, b).sum().backward(create_graph=create_graph)

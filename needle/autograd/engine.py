@@ -154,12 +154,21 @@ def backward(output: Value, out_grad: Any, retain_graph: bool = True) -> None:
         if parts.__class__ is not tuple:  # what gradient_as_tuple does, inlined
             parts = tuple(parts) if isinstance(parts, list) else (parts,)
         fit = not op.adjoints_fit  # a user op's adjoint may need summing to its input's shape
-        for inp, partial in zip(node.inputs, parts):
+        if fit and len(parts) != len(node.inputs):
+            raise ValueError(f"{type(op).__name__}.gradient returned {len(parts)} adjoint(s) "
+                             f"for {len(node.inputs)} input(s): one per input (None for an "
+                             "input that needs none)")
+        for i, (inp, partial) in enumerate(zip(node.inputs, parts)):
             if partial is None or not inp.requires_grad:
                 continue
             if fit and inp._array.__class__ is not tuple and (
                     partial._array if record else partial).shape != inp._array.shape:
-                partial = inp._fit_adjoint(partial)
+                try:
+                    partial = inp._fit_adjoint(partial)
+                except ValueError as e:
+                    raise ValueError(f"{type(op).__name__}.gradient: the adjoint of input {i} "
+                                     f"does not fit its shape {tuple(inp._array.shape)} ({e})"
+                                     ) from None
             pending = partials_of.get(inp)
             if pending is None:
                 partials_of[inp] = [partial]
