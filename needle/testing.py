@@ -29,7 +29,8 @@ def check_gradients(
 
     The inputs are float64 tensors on `device`; the output is contracted with a random
     cotangent c, so the checked quantity is d(sum(fn(x) * c))/dx. `wrt` picks the inputs
-    to check (all by default). Returns the analytic gradients, as numpy arrays.
+    to check (all by default). Returns the analytic gradients of that quantity (of
+    sum(fn(x) * c), not of fn itself), as numpy arrays.
     """
     hosts = [np.array(a, dtype=np.float64) for a in arrays]
     tensors = [Tensor(x, device=device, dtype="float64") for x in hosts]
