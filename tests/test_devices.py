@@ -105,6 +105,13 @@ def test_a_copy_to_another_device_passes_gradients_back(device):
                                    rtol=1e-12)
     with ndl.no_grad():
         assert not feat(x).to(device).requires_grad
+    w = ndl.Tensor(np.ones(3), dtype="float64").to(device)  # (a review: a leaf's copy is a
+    assert w.op is None and w.requires_grad and w.device == device  # leaf, as before)
+    pe = ndl.Tensor(np.ones((2, 4)), dtype="float64").to(device)  # a constant moved once
+    step = ndl.compile(lambda: (head(pe) ** 2).sum().backward())
+    step()
+    step()  # (was a CompileError: a graph built before the step)
+    assert head.weight.grad is not None
 
 
 def test_dtype_of_every_device_compares_to_names(device):

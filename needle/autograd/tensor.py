@@ -124,11 +124,15 @@ class Tensor(Value):
         return (self[i] for i in range(len(self)))
 
     def to(self, device: Device) -> Tensor:
-        """This tensor on `device` (itself when already there): a copy in the graph, so
-        gradients flow back to this tensor's device, as PyTorch's `.to`."""
+        """This tensor on `device` (itself when already there). A leaf's copy is a new leaf
+        (the course's tensors require grad by default: a batch or a weight moved once stays
+        one); an op's output is copied in the graph, so gradients flow back to its device,
+        as PyTorch's `.to`."""
         check_device(device)
         if device == self.device:
             return self
+        if self.op is None:
+            return Tensor(self, device=device, requires_grad=self.requires_grad)
         from ..ops.device_copy import to_device
 
         return to_device(self, device)

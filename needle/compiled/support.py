@@ -66,10 +66,13 @@ def holds_data(obj: Any, depth: int = 3, limit: int | None = None) -> bool:
     levels down (in the first `limit` items of each container or object, all with None),
     never inside a Module, Optimizer or Device (the step's own state: a Module the step
     calls is guarded, an optimizer's step is replayed)."""
-    if isinstance(obj, Value) or is_array(obj):
+    if isinstance(obj, Value):
         return True
-    if depth == 0 or type(obj) in _ATOMS or isinstance(obj, _OPAQUE) or isinstance(
-            obj, _own_state()):
+    if type(obj) in _ATOMS or isinstance(obj, _own_state()):  # (before is_array: an
+        return False  # optimizer's __getattr__ makes its shape lookup slow)
+    if is_array(obj):
+        return True
+    if depth == 0 or isinstance(obj, _OPAQUE):
         return False
     items = _contents(obj) if limit is None else itertools.islice(_items(obj), limit)
     return any(holds_data(o, depth - 1, limit) for o in items)
