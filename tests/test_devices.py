@@ -106,7 +106,9 @@ def test_a_copy_to_another_device_passes_gradients_back(device):
     with ndl.no_grad():
         assert not feat(x).to(device).requires_grad
     w = ndl.Tensor(np.ones(3), dtype="float64").to(device)  # (a review: a leaf's copy is a
-    assert w.op is None and w.requires_grad and w.device == device  # leaf, as before)
+    assert w.op is None and w.requires_grad and w.device == device  # leaf, as before, in
+    assert w.dtype == (feat(x) * 1.0).to(device).dtype  # the device's dtype, as a
+    # non-leaf's (float32 on jax without x64: a leaf's asked for float64 and raised)
     pe = ndl.Tensor(np.ones((2, 4)), dtype="float64").to(device)  # a constant moved once
     step = ndl.compile(lambda: (head(pe) ** 2).sum().backward())
     step()

@@ -147,6 +147,13 @@ def test_jax_without_x64_holds_32_bit_types_and_leaves_jax_alone():
         loss.backward()
         opt.step()
         ndl.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        wide = ndl.Tensor(np.ones(3), dtype="float64")  # (a review: a float64 leaf's .to
+        assert wide.to(dev).dtype == "float32"  # asked jax for float64 and raised)
+        lin = ndl.nn.Linear(3, 2, dtype="float64")
+        h = lin(ndl.Tensor(np.ones((1, 3)), dtype="float64")).to(dev)
+        assert h.dtype == "float32"
+        (h * h).sum().backward()
+        assert lin.weight.grad.dtype == "float64"  # (the adjoint back in the input's dtype)
         import jax, jax.numpy as jnp
         assert not jax.config.jax_enable_x64 and jnp.ones(2).dtype == jnp.float32
         """)

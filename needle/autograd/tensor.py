@@ -131,8 +131,9 @@ class Tensor(Value):
         check_device(device)
         if device == self.device:
             return self
-        if self.op is None:
-            return Tensor(self, device=device, requires_grad=self.requires_grad)
+        if self.op is None:  # (in the device's dtype: jax without x64 holds float64 as
+            data = device.asarray(self._realize() if _graph._TRACER is None else self)  # 32)
+            return Tensor.make_const(data, requires_grad=self.requires_grad, device=device)
         from ..ops.device_copy import to_device
 
         return to_device(self, device)
