@@ -183,6 +183,13 @@ def test_sampler_arguments_are_checked(kwargs, error, message):
     assert list(ok) == [1, 3, 0] and ok.shuffle is False
     with pytest.raises(TypeError, match="epoch must be an integer"):
         ok.set_epoch(1.5)
+    with pytest.raises(ValueError, match="seed must be >= 0, found -1"):
+        dist.DistributedSampler(10, 2, 0, seed=-1)  # (was numpy's error at the first iter)
+    top = dist.DistributedSampler(10, 2, 0, seed=2**32 - 1)
+    with pytest.raises(ValueError, match=r"seed \+ epoch must be < 2\*\*32"):
+        top.set_epoch(1)
+    with pytest.raises(ValueError, match="epoch must be >= 0"):
+        top.set_epoch(-1)
 
 
 def test_dataloader_with_a_sampler_batches_its_shard():

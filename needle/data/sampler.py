@@ -34,7 +34,7 @@ class DistributedSampler:
         if not 0 <= rank < num_replicas:
             raise ValueError(f"DistributedSampler: rank {rank} is not in a world of "
                              f"{num_replicas}")
-        seed = None if seed is None else integer(owner, "seed", seed)
+        seed = None if seed is None else integer(owner, "seed", seed, 0)
         self.size, self.num_replicas, self.rank, self.seed = size, num_replicas, rank, seed
         self.shuffle = flag(owner, "shuffle", shuffle)  # (a string is true to Python)
         self.drop_last = flag(owner, "drop_last", drop_last)
@@ -43,7 +43,11 @@ class DistributedSampler:
 
     def set_epoch(self, epoch: int) -> None:
         """Use epoch `epoch`'s permutation (with `seed`: RandomState(seed + epoch))."""
-        self.epoch = integer("DistributedSampler", "epoch", epoch)
+        epoch = integer("DistributedSampler", "epoch", epoch, 0)
+        if self.seed is not None and self.seed + epoch >= 2**32:  # (numpy's RandomState)
+            raise ValueError(f"DistributedSampler: seed + epoch must be < 2**32 (a numpy "
+                             f"seed), found {self.seed} + {epoch}")
+        self.epoch = epoch
 
     def total(self) -> int:
         """Indices over all ranks after padding or truncation."""
