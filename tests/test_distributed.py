@@ -126,6 +126,22 @@ def test_a_distributed_optimizer_takes_a_closure_in_a_world_of_one():
     assert out == ["Tensor", "[-0.5,", "-0.5]"], out
 
 
+def test_a_disagreement_is_worded_by_what_differs():
+    """(A distributed audit.) Tuple signatures were printed whole: every parameter's shape on
+    every rank for a model with one parameter fewer."""
+    from needle.distributed.comm import disagreement
+
+    shapes = tuple((i, (20, 300), "float32") for i in range(50))
+    text = disagreement([shapes, shapes[:40] + ((40, (20, 301), "float32"),) + shapes[41:]])
+    assert text == ("rank 0: 50 entries, entry 40: (40, (20, 300), 'float32'); "
+                    "rank 1: 50 entries, entry 40: (40, (20, 301), 'float32')")
+    assert disagreement([shapes[:2], ()]) == ("rank 0: 2 entries, entry 0: "
+                                              "(0, (20, 300), 'float32'); "
+                                              "rank 1: 0 entries, entry 0: none")
+    assert disagreement([{"lr": 0.1, "t": 2}, {"lr": 0.2, "t": 2}]) == (
+        "rank 0: lr=0.1; rank 1: lr=0.2")
+
+
 def test_sampler_shards_are_disjoint_equal_and_cover_the_set():
     for n, w in [(10, 2), (11, 2), (7, 3), (1, 2), (0, 2)]:
         np.random.seed(3)

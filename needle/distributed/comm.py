@@ -226,13 +226,23 @@ def check_agreement(what: str, signature: tuple | dict) -> None:
     both = int64_pair(h, -h)
     comm.Allreduce(_World.MPI.IN_PLACE, both, op=_World.MPI.MAX)
     if both[0] != h or both[1] != -h:
-        every = comm.allgather(signature)
-        if all(isinstance(s, dict) for s in every):  # name the entries that differ
-            keys = [k for k in dict.fromkeys(k for s in every for k in s)
-                    if len({repr(s.get(k)) for s in every}) > 1]
-            every = [", ".join(f"{k}={s.get(k)!r}" for k in keys) for s in every]
-        table = "; ".join(f"rank {r}: {s}" for r, s in enumerate(every))
-        raise ValueError(f"needle.distributed.{what}: the ranks disagree ({table})")
+        raise ValueError(f"needle.distributed.{what}: the ranks disagree "
+                         f"({disagreement(comm.allgather(signature))})")
+
+
+def disagreement(every: list) -> str:
+    """The ranks' signatures `every` in words, by what differs: a dict's entries that
+    differ, a tuple's count and first differing entry, else each whole."""
+    if all(isinstance(s, dict) for s in every):  # name the entries that differ
+        keys = [k for k in dict.fromkeys(k for s in every for k in s)
+                if len({repr(s.get(k)) for s in every}) > 1]
+        every = [", ".join(f"{k}={s.get(k)!r}" for k in keys) for s in every]
+    elif all(isinstance(s, tuple) for s in every):  # (a long list of parameters: where)
+        first = next((i for i in range(max(map(len, every)))
+                      if len({repr(s[i]) if i < len(s) else "-" for s in every}) > 1), 0)
+        every = [f"{len(s)} entries, entry {first}: "
+                 f"{repr(s[first]) if first < len(s) else 'none'}" for s in every]
+    return "; ".join(f"rank {r}: {s}" for r, s in enumerate(every))
 
 
 def allreduce(x: Any, op: str = "sum") -> Any:
