@@ -10,7 +10,7 @@ import numpy as np
 
 from .call_hook import record_calls
 from .dlpack import DLPackExchange
-from .host_data import check_fits, host_array
+from .host_data import check_fits, host_array, out_of_range
 from .layout import Layout
 
 # dtype names the array API standard defines (plus float16 where a library has it)
@@ -381,21 +381,10 @@ class Device(Layout, DLPackExchange):
         """check_fits of this device's array `obj` for integer dtype `target` as a deferred
         check (no read now): a ValueError at this thread's next read where a value would
         wrap, as check_fits raises at once for host data."""
-        xp, source = self.xp, np.dtype(self.public_dtype(obj.dtype))
-        kind, info = source.kind, np.iinfo(target)
-        if kind == "f":  # (info.max + 1 as a float: 2.0**63 must not pass for int64)
-            bad = ~xp.isfinite(obj) | (obj < float(info.min)) | (obj >= float(info.max) + 1)
-        elif kind in "iu":
-            have = np.iinfo(source)
-            if have.min >= info.min and have.max <= info.max:
-                return  # every value of obj's dtype fits
-            low, high = max(info.min, have.min), min(info.max, have.max)
-            bad = (obj < low) | (obj > high)
-        else:  # bools fit every integer dtype
-            return
-        message = (f"data of dtype {source} holds values out of the range of dtype {target} "
-                   f"[{info.min}, {info.max}]" + (" (or NaN or infinity)" if kind == "f" else ""))
-        self.defer_check(xp.any(bad), lambda: message)
+        found = out_of_range(self.xp, obj, np.dtype(self.public_dtype(obj.dtype)), target)
+        if found is not None:
+            bad, message = found
+            self.defer_check(bad, lambda: message)
 
 
 record_calls(Device)

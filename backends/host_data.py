@@ -55,3 +55,22 @@ def check_fits(host: np.ndarray, target: np.dtype) -> None:
         bad = low if low < info.min else high
         raise ValueError(f"the value {bad} does not fit dtype {target} "
                          f"[{info.min}, {info.max}]")
+
+
+def out_of_range(xp: Any, array: Any, source: np.dtype, target: np.dtype) -> tuple | None:
+    """check_fits on a device: (a 0-d bool array, True where a value of `array`, of dtype
+    `source`, would wrap as integer dtype `target`; the message), or None where every value
+    of `source` fits. Nothing is read: a device defers the check."""
+    kind, info = source.kind, np.iinfo(target)
+    if kind == "f":  # (info.max + 1 as a float: 2.0**63 must not pass for int64)
+        bad = ~xp.isfinite(array) | (array < float(info.min)) | (array >= float(info.max) + 1)
+    elif kind in "iu":
+        have = np.iinfo(source)
+        if have.min >= info.min and have.max <= info.max:
+            return None
+        bad = (array < max(info.min, have.min)) | (array > min(info.max, have.max))
+    else:  # bools fit every integer dtype
+        return None
+    return xp.any(bad), (f"data of dtype {source} holds values out of the range of dtype "
+                         f"{target} [{info.min}, {info.max}]"
+                         + (" (or NaN or infinity)" if kind == "f" else ""))

@@ -3,16 +3,16 @@ TensorTuple lives in tensor_tuple.py (re-exported here)."""
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 from ..arguments import flag
 from ..backend_ndarray import NDArray
 from ..backends import Device, default_device
-from ..grad_mode import _grad_enabled, enable_grad, no_grad
+from ..grad_mode import enable_grad, no_grad
 from . import graph as _graph
 from .engine import backward
 from .graph import Op, Value, mark_modified
+from .in_place import in_place
 from .tensor_checks import array_operand, check_device, check_grad, out_grad_of
 
 
@@ -333,36 +333,7 @@ class Tensor(Value):
     _in_place_needs_no_grad = False
 
     def _in_place(self, op: str, fn: Any, other: Any) -> Tensor:
-        """`fn(other)` stored in this tensor (in its dtype, as PyTorch's in-place ops), which
-        is returned and marked modified, where no graph needs the result: under no_grad(),
-        or with nothing that requires grad. Else a new tensor, a node of the graph (`x +=
-        y` in a forward; the course's tensors require grad by default), except for a
-        Parameter (PyTorch's error: update it under no_grad()); a leaf that has a gradient
-        warns (`W -= lr * W.grad` chains every step's W into one growing graph)."""
-        if _grad_enabled() and (self.requires_grad or getattr(other, "requires_grad", False)):
-            if self.requires_grad and self.op is None:
-                if self._in_place_needs_no_grad:
-                    raise RuntimeError(f"a leaf Tensor that requires grad is used in an "
-                                       f"in-place operation ({op}): update it inside `with "
-                                       "ndl.no_grad():`, or through .data")
-                if self._grad is not None:  # (the course's W -= lr * W.grad: its needle
-                    warnings.warn(  # rebinds, chaining every step's W into one graph)
-                        f"`{op}` on a leaf Tensor that has a gradient makes a new Tensor of "
-                        "the graph, as the course's needle does, so each update adds to one "
-                        "growing graph; update it inside `with ndl.no_grad():` (in place) or "
-                        "with `W = (W - lr * W.grad).detach()`", UserWarning, stacklevel=3)
-            return fn(other)
-        out = fn(other)
-        if out.shape != self.shape:
-            raise ValueError(f"in-place {op}: the result's shape {out.shape} is not the "
-                             f"tensor's {self.shape}")
-        if out.dtype != self.dtype:
-            if self.dtype.kind != "f" and out.dtype.kind == "f":
-                raise TypeError(f"in-place {op}: the {out.dtype} result cannot be stored in "
-                                f"a tensor of dtype {self.dtype}")
-            out = _ops.astype(out, self.dtype)
-        self.data = out
-        return self
+        return in_place(self, op, fn, other)
 
     def __matmul__(self, other: Tensor) -> Tensor:
         return _ops.matmul(self, other)
