@@ -60,8 +60,14 @@ def cupy_calls(dev: ndl.Device) -> None:
         t("RawKernel rg((16,), (256,), (g, a, y, n))", lambda: raw((16,), (256,), (a, b, y, n64)))
         direct = launch.DirectLaunch(raw, RAW_RELU_GRAD, "rg", "float32", dev.native, cp,
                                      driver)
+        saved = launch.DIRECT  # (both ways, whatever NEEDLE_DIRECT_LAUNCH says)
+        launch.DIRECT = True
         t("needle DirectLaunch of rg (the same launch)", lambda: direct((16,), (256,),
                                                                        (a, b, y, n64)))
+        launch.DIRECT = False
+        t("needle DirectLaunch of rg, DIRECT off (cupy's call)",
+          lambda: direct((16,), (256,), (a, b, y, n64)))
+        launch.DIRECT = saved
         t("cupy.empty((64, 64))", lambda: cp.empty((64, 64), dtype=cp.float32))
         t("cupy.empty_like(a)", lambda: cp.empty_like(a))
         nchw = cp.empty((8, 8, 8, 16), dtype=cp.float32).transpose(0, 3, 1, 2)  # a conv's

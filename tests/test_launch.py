@@ -272,18 +272,30 @@ def _wrapper_outputs(dev) -> list:
 
 def test_direct_launches_give_cupys_bits(gpu, monkeypatch):
     """Every wrapper's outputs, launched directly and by cupy's RawKernel call: the same
-    bits (the same kernels and arguments); the direct run launched directly throughout."""
+    bits (the same kernels and arguments); the direct run launched every kernel directly,
+    as many launches as cupy's run made, and cupy's run none directly."""
     monkeypatch.setattr(launch, "DIRECT", False)
-    by_cupy = _wrapper_outputs(gpu)
+    _wrapper_outputs(gpu)  # (makes every launcher)
     monkeypatch.setattr(launch, "DIRECT", True)
     _wrapper_outputs(gpu)  # (this thread's first launch of each argument count is cupy's)
-    count = [0]
+    count = {"direct": 0, "cupy": 0}
     for k in gpu._launchers.values():
-        def counted(*a, _launch=k.launch):
-            count[0] += 1
+        def direct(*a, _launch=k.launch):
+            count["direct"] += 1
             return _launch(*a)
-        monkeypatch.setattr(k, "launch", counted)
-    direct = _wrapper_outputs(gpu)
-    assert launch._FAILURES == [] and len(direct) == len(by_cupy) > 15 and count[0] > 15
-    for d, c in zip(direct, by_cupy):
+
+        def by_cupy(*a, _kernel=k.kernel, **kw):
+            count["cupy"] += 1
+            return _kernel(*a, **kw)
+        monkeypatch.setattr(k, "launch", direct)
+        monkeypatch.setattr(k, "kernel", by_cupy)
+    direct_outputs = _wrapper_outputs(gpu)
+    launched = dict(count)
+    count.update(direct=0, cupy=0)
+    monkeypatch.setattr(launch, "DIRECT", False)
+    cupy_outputs = _wrapper_outputs(gpu)
+    assert launch._FAILURES == [] and len(direct_outputs) == len(cupy_outputs) > 15
+    assert launched["cupy"] == 0 and launched["direct"] > 10, launched
+    assert count == {"direct": 0, "cupy": launched["direct"]}, (count, launched)
+    for d, c in zip(direct_outputs, cupy_outputs):
         np.testing.assert_array_equal(d, c)
