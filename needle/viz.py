@@ -87,7 +87,8 @@ class _Writer:
     time step; every step's output feeds one final stack). So an edge from a leaf that feeds
     more than SHARED_USES ops, or from an op more than MAX_SPAN levels below the op it feeds,
     is drawn as a dotted stub `#k ...` beside that op, and its source is tagged `#k`. Inputs
-    left out beyond max_nodes come from the `more` note, or from `...` stubs when there are many.
+    left out beyond max_nodes come from the `more` note, or, when there are many, from one `...`
+    stub beside each op that reads them (so at most max_nodes stubs).
     """
 
     def __init__(self, order: list[Value], root: Value, names: dict, show_shapes: bool,
@@ -107,11 +108,13 @@ class _Writer:
             for x in node.inputs:
                 key = x if x in self.ids else None
                 if (self.uses[key] > SHARED_USES and (key is None or x.op is None)
-                        or key is not None and depth[node] - depth[x] > MAX_SPAN):
+                        or key is not None and x.op is not None  # (a leaf sits by its op)
+                        and depth[node] - depth[x] > MAX_SPAN):
                     self.stubbed.add((key, node))
         tagged = {x for x, _ in self.stubbed if x is not None}
         self.tags = {x: i + 1 for i, x in enumerate(n for n in order if n in tagged)}
         self.stubs = 0
+        self.dots: set[Value] = set()  # the kept nodes given their `...` stub so far
 
     def lines(self) -> list[str]:
         """Node statements in topological order, then the edges grouped by node."""
@@ -123,14 +126,21 @@ class _Writer:
             attributes = _attributes(node, self.names, *self.show, note)
             nodes.append(f"  {self.ids[node]} [{attributes}{bold}];")
             for x in node.inputs:
-                edges.append(f"  {self.source(x, node, nodes)} -> {self.ids[node]};")
+                source = self.source(x, node, nodes)
+                if source is not None:
+                    edges.append(f"  {source} -> {self.ids[node]};")
         return nodes + edges
 
-    def source(self, x: Value, node: Value, nodes: list[str]) -> str:
-        """Where the edge from input `x` to `node` starts: x, a new stub of it, or `more`."""
+    def source(self, x: Value, node: Value, nodes: list[str]) -> str | None:
+        """Where the edge from input `x` to `node` starts: x, a new stub of it, or `more`;
+        None for a second left-out input of `node` (one `...` stub stands for them all)."""
         key = x if x in self.ids else None
         if (key, node) not in self.stubbed:
             return self.ids.get(x, "more")
+        if key is None:
+            if node in self.dots:
+                return None
+            self.dots.add(node)
         self.stubs += 1
         stub = f"s{self.stubs}"
         if key is None:

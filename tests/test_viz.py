@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -171,6 +172,29 @@ def test_an_edge_spanning_many_levels_becomes_a_stub(levels):
         assert '  n1 [label="Exp\\n(1,) float32\\n#1: feeds 2 ops", shape=box];' in dot
         assert '  s1 [label="#1 Exp", shape=box, style=dotted];' in dot
         assert f"  s1 -> n{last};" in dot and "  n1 -> n2;" in dot
+
+
+def test_a_leaf_feeding_one_deep_op_keeps_its_edge():
+    # only ops far below are stubbed: a leaf has depth 0 but dot places it beside its op
+    x = ndl.Tensor([1.0], device=ndl.cpu(), dtype="float32")
+    w = ndl.nn.Parameter([2.0], device=ndl.cpu(), dtype="float32")
+    y = x
+    for _ in range(viz.MAX_SPAN + 1):
+        y = ndl.relu(y)
+    dot = viz.to_dot(y * w, params={"w": w})
+    last = viz.MAX_SPAN + 3  # x, the relus, w, then the product
+    assert f"  n{last - 1} -> n{last};" in dot and "style=dotted" not in dot and "#1" not in dot
+
+
+def test_a_node_with_many_left_out_inputs_gets_one_stub():
+    # a stack of 3000 products keeps max_nodes nodes: at most one `...` stub beside each
+    # (one per left-out input drew thousands)
+    ys = [ndl.Tensor([1.0], device=ndl.cpu(), dtype="float32") * 2.0 for _ in range(3000)]
+    dot = viz.to_dot(ndl.ops.stack(ys, 0).sum(), max_nodes=50)
+    stubs = dot.count('[label="...", shape=plaintext];')
+    assert 1 <= stubs <= 50 and len(node_lines(dot)) == 50 + stubs + 1
+    tuple_of_all = re.search(r'  (n\d+) \[label="MakeTensorTuple', dot).group(1)
+    assert len(re.findall(rf"  s\d+ -> {tuple_of_all};", dot)) == 1  # (2,953 left out)
 
 
 def test_many_left_out_inputs_come_from_stubs():
