@@ -14,9 +14,18 @@ from typing import Any, Callable, Mapping
 
 
 def rss_mb() -> float:
-    """The resident set size now, in MB."""
-    with open(f"/proc/{os.getpid()}/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    """The resident set size now, in MB (without /proc: the peak so far, ru_maxrss)."""
+    try:
+        with open(f"/proc/{os.getpid()}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:
+        return _ru_maxrss_mb()
+
+
+def _ru_maxrss_mb() -> float:
+    """ru_maxrss in MB: kilobytes on Linux, bytes on macOS."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024
 
 
 def reset_peak_rss() -> None:
@@ -37,7 +46,7 @@ def peak_rss_mb() -> float:
                     return int(line.split()[1]) / 1024
     except OSError:
         pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return _ru_maxrss_mb()
 
 
 def best_of(f: Callable[[], Any], calls: int, runs: int,

@@ -7,7 +7,8 @@ eager columns. This measures that cost without a GPU: MLPResNet at hidden 8 and 
 ResNet9 on 8 x 8 images at batch 2, the Transformer at E 8, hidden 16, 4 heads of 2, T 4 and
 batch 2; needle's cpu (numpy) and torch:cpu devices, eager and compiled (`ndl.compile`),
 against PyTorch cpu eager with multi-tensor (foreach) optimizers, as PyTorch runs them on a
-GPU. One thread each; medians of steps timed in rounds that take turns. The kernels a GPU
+GPU. PyTorch on one thread (numpy's BLAS on its default threads; at these sizes it runs
+on one); medians of steps timed in rounds that take turns. The kernels a GPU
 launches cost more than these cpu calls, so the ratios here are a floor for the GPU's.
 
     python benchmarks/host_overhead.py [--steps 200] [--rounds 5] [--only transformer]
@@ -16,6 +17,7 @@ launches cost more than these cpu calls, so the ratios here are a floor for the 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -58,14 +60,19 @@ def main() -> None:
         return
     torch.set_num_threads(1)
     small_models()
-    columns = [c for c in COLUMNS if "torch" not in c or ndl.torch().enabled()]
-    print(f"ms per step (median of {args.steps} in {args.rounds} rounds taking turns), one "
-          f"thread; ratio to PyTorch cpu eager with foreach optimizers (torch {torch.__version__})")
+    columns = [c for c in COLUMNS if c == "pytorch cpu" or "torch" not in c
+               or ndl.torch().enabled()]
+    if len(columns) < len(COLUMNS):
+        print(f"needle's torch device is unavailable ({ndl.torch().unavailable_reason()}): "
+              "its columns are left out")
+    per_round = math.ceil(args.steps / args.rounds)
+    print(f"ms per step (median of {per_round * args.rounds} in {args.rounds} rounds taking "
+          "turns), PyTorch on one thread; ratio to PyTorch cpu eager with foreach optimizers "
+          f"(torch {torch.__version__})")
     print(f"{'step':12s}" + "".join(f"{c:>28s}" for c in columns))
     for row in [r for r in args.only.split(",") if r] or list(ROWS):
         steps = {c: (make_step(row, c), None) for c in columns}
-        ms, errors = interleaved_ms(steps, args.rounds, max(1, args.steps // args.rounds),
-                                    warmup=5)
+        ms, errors = interleaved_ms(steps, args.rounds, per_round, warmup=5)
         for column, error in errors.items():
             print(f"  {row} on {column}: {error}")
         base = ms.get("pytorch cpu")
