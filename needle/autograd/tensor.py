@@ -1,5 +1,5 @@
 """Tensor (the graph's value with its operators) and TensorOp, the ops that make Tensors;
-TensorTuple lives in tensor_tuple.py (re-exported here)."""
+TensorTuple lives in tensor_tuple.py (re-exported here), PyTorch's names in torch_names.py."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from .engine import backward
 from .graph import Op, Value, mark_modified
 from .in_place import in_place
 from .tensor_checks import array_operand, check_device, check_grad, out_grad_of
+from .torch_names import TorchNames
 
 
 class TensorOp(Op):
@@ -23,7 +24,7 @@ class TensorOp(Op):
         return Tensor.make_from_op(self, args)
 
 
-class Tensor(Value):
+class Tensor(TorchNames, Value):
     """An n-dimensional array on a device, recording the ops applied to it."""
 
     __slots__ = ()
