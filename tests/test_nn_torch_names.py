@@ -59,6 +59,11 @@ def test_module_list_is_a_list_of_modules(device):
     assert list(ml) == [d, a, c, b]
     assert len(nn.ModuleList()) == 0 and list(nn.ModuleList(None)) == []
     assert ml[np.int64(1)] is a
+    joined = ml + nn.ModuleList([a])
+    assert isinstance(joined, nn.ModuleList) and list(joined) == [d, a, c, b, a]
+    assert list(ml) == [d, a, c, b]
+    ml += [c]
+    assert list(ml) == [d, a, c, b, c]
 
 
 def test_module_list_errors(device):
@@ -156,6 +161,9 @@ def test_module_dict_is_a_dict_of_modules(device):
     assert md.pop("c") is c and md.items() == [("a", md["a"])]
     md.update([("x", a), ("y", b)])
     assert md.keys() == ["a", "x", "y"]
+    other = nn.ModuleDict(nn.ModuleDict({"z": c}))  # another ModuleDict, as a mapping
+    md.update(other)
+    assert md.keys() == ["a", "x", "y", "z"] and md["z"] is c
     md.clear()
     assert len(md) == 0 and md.parameters() == []
     device_key = nn.ModuleDict({"device": a})  # an attribute name `to()` uses, no attribute here
@@ -234,6 +242,36 @@ def test_cross_entropy_reductions_match_numpy(reduction, device):
     scale = {"mean": np.full(len(y), 1 / len(y)), "sum": np.ones(len(y)), "none": weights}
     np.testing.assert_allclose(x.grad.numpy(), scale[reduction][:, None] * (probs - onehot),
                                rtol=1e-5, atol=1e-6)
+
+
+def test_cross_entropy_per_sample_with_masked_logits(device):
+    # a -inf logit of another class (a mask) is no NaN: -inf * 0 was, in logsoftmax * onehot
+    z = np.array([[0.0, -np.inf, 1.0], [2.0, 0.5, -np.inf]], np.float32)
+    y = np.array([0, 1])
+    x = T(z, device, requires_grad=True)
+    loss = nn.CrossEntropyLoss(reduction="none")(x, T(y, device, "int64"))
+    want = [np.log(1 + np.e), np.log(np.exp(2.0) + np.exp(0.5)) - 0.5]  # by hand
+    np.testing.assert_allclose(loss.numpy(), want, rtol=1e-6)
+    loss.sum().backward()
+    p = [[1 / (1 + np.e), 0, np.e / (1 + np.e)],
+         [np.exp(2) / (np.exp(2) + np.exp(0.5)), np.exp(0.5) / (np.exp(2) + np.exp(0.5)), 0]]
+    np.testing.assert_allclose(x.grad.numpy(), np.array(p) - np.eye(3)[y], rtol=1e-6,
+                               atol=1e-7)
+
+
+def test_float16_losses_reduce_in_float32(device):
+    # 90,000 squares of 0.5 sum to 22,500 (fine), but the count is inf as a float16; a sum
+    # over 70,000 samples of log 2 is 48,520: a float16 70,000 was inf
+    try:
+        device.dtype("float16")
+    except TypeError:
+        pytest.skip(f"{device} has no float16")
+    ones = T(np.ones((300, 300)), device, "float16")
+    assert float(nn.MSELoss()(ones, ones * 0.5).numpy()) == 0.25
+    z, y = T(np.zeros((70000, 2)), device, "float16"), T(np.zeros(70000), device, "int64")
+    total = nn.CrossEntropyLoss(reduction="sum")(z, y)
+    assert total.dtype == "float16"
+    np.testing.assert_allclose(float(total.numpy()), 70000 * np.log(2), rtol=1e-3)
 
 
 def test_cross_entropy_matches_pytorch(device):

@@ -21,7 +21,7 @@ def tensor(array, device, dtype="float32"):
 
 
 # ----- mean ------------------------------------------------------------------------------
-@pytest.mark.parametrize("axes", [None, 0, 1, -1, (0, 2), (2, 0), [1], (-3, -2, -1), ()])
+@pytest.mark.parametrize("axes", [None, 0, 1, -1, (0, 2), (2, 0), [1], (-3, -2, -1)])
 @pytest.mark.parametrize("keepdims", [False, True])
 def test_mean_matches_numpy(axes, keepdims, device):
     want = np.mean(A, axis=None if axes is None else tuple(np.atleast_1d(axes)),
@@ -41,6 +41,45 @@ def test_mean_spellings(device):
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)
     np.testing.assert_allclose(x.mean().numpy(), 11.5 / 7 - 1, rtol=1e-6)
     assert x.mean(dim=None).shape == ()
+
+
+def test_mean_over_no_dims_is_over_all_of_them_as_pytorchs(device):
+    # PyTorch's x.mean(dim=()) is the mean of every element (numpy's axis=() would keep x)
+    for got in (tensor(A, device).mean(()), tensor(A, device).mean(dim=[])):
+        assert got.shape == ()
+        np.testing.assert_allclose(got.numpy(), A.mean(), rtol=1e-6)
+    five = tensor(np.float32(5.0), device)
+    for got in (five.mean(0), five.mean(dim=-1), five.mean((0,), keepdim=True)):
+        assert got.shape == () and float(got.numpy()) == 5.0
+    with pytest.raises(ValueError, match="mean: dim 1 is out of range -1..0 for a 0-d"):
+        five.mean(1)
+
+
+def test_float16_means_sum_in_float32(device):
+    # 150,528 halves sum to 75,264, past float16's 65,504; 1,000 x 100 to 100,000
+    try:
+        device.dtype("float16")
+    except TypeError:
+        pytest.skip(f"{device} has no float16")
+    x = tensor(np.full((3, 224, 224), 0.5), device, "float16")
+    out = x.mean()
+    assert out.dtype == "float16" and float(out.numpy()) == 0.5
+    out.backward()
+    np.testing.assert_allclose(x.grad.numpy()[0, 0, :2], np.float16(1 / 150528), rtol=1e-3)
+    assert float(tensor(np.full(1000, 100.0), device, "float16").mean().numpy()) == 100.0
+    np.testing.assert_array_equal(
+        tensor(np.full((2, 70000), 2.0), device, "float16").mean(1).numpy(), [2.0, 2.0])
+
+
+def test_numpys_mean_of_a_tensor(device):
+    # np.mean(x) calls x.mean(axis=None, dtype=None, out=None)
+    x = tensor(A, device)
+    np.testing.assert_allclose(np.asarray(np.mean(x).numpy()), A.mean(), rtol=1e-6)
+    np.testing.assert_allclose(np.mean(x, axis=1).numpy(), A.mean(1), rtol=1e-6)
+    with pytest.raises(TypeError, match="dtype= and out= are not supported"):
+        x.mean(dtype="float64")
+    with pytest.raises(TypeError, match="both dim and axis"):
+        x.mean(dim=1, axis=1)
 
 
 def test_mean_of_nothing_is_nan(device):

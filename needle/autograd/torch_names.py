@@ -42,10 +42,20 @@ class TorchNames:
     __slots__ = ()  # (a Tensor has no __dict__)
 
     def mean(self, axes: int | tuple[int, ...] | None = None, keepdims: bool = False, *,
-             dim: int | tuple[int, ...] | None = None, keepdim: bool | None = None) -> Any:
-        """Mean over `axes` (all when None), as sum / count; PyTorch's `dim=`/`keepdim=` too."""
+             dim: int | tuple[int, ...] | None = None, keepdim: bool | None = None,
+             axis: int | tuple[int, ...] | None = None, dtype: None = None,
+             out: None = None) -> Any:
+        """Mean over `axes` (all when None or empty, as PyTorch's), as sum / count (float16
+        in float32); PyTorch's `dim=`/`keepdim=` too, and numpy's `axis=` (`np.mean(x)`)."""
+        if dtype is not None or out is not None:
+            raise TypeError("mean: dtype= and out= are not supported; convert with "
+                            "ndl.ops.astype first")
+        if axis is not None:
+            dim = axis if dim is None else None
+            if dim is None:
+                raise TypeError("mean: got both dim and axis; they are the same argument")
         from ..ops.axes import normalize_axes
-        from ..ops.reduce import keepdims_shape
+        from ..ops.reduce import keepdims_shape, mean
 
         if dim is not None:
             if axes is not None:
@@ -60,11 +70,14 @@ class TorchNames:
             raise TypeError(f"mean: needs a floating tensor, got {self.dtype}; convert it "
                             "first, e.g. with ndl.ops.astype(x, \"float32\")")
         shape = self.shape
+        if isinstance(axes, (tuple, list)) and not axes:
+            axes = None  # (PyTorch: dim=() is every dim; numpy's axis=() would be none)
+        if not shape:  # a 0-d tensor takes dims 0 and -1, as PyTorch's
+            if axes is not None:
+                _dims_of_0d("mean", axes)
+            return mean(self)
         axes = normalize_axes("mean", axes, shape)
-        count = math.prod(shape[ax] for ax in axes)
-        total = self.sum(axes)
-        # an empty reduction is NaN, as numpy's and PyTorch's
-        out = total / count if count else total * math.nan
+        out = mean(self, axes)
         return out.reshape(keepdims_shape(shape, axes)) if keepdims else out
 
     def unsqueeze(self, dim: int) -> Any:

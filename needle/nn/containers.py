@@ -113,6 +113,13 @@ class ModuleList(Module):
         setattr(self, str(self._count()), _checked("ModuleList", module, "an item"))
         return self
 
+    def __add__(self, other: Iterable[Module]) -> ModuleList:
+        """A new ModuleList of these modules, then `other`'s."""
+        return ModuleList([*self._items(), *other])
+
+    def __iadd__(self, other: Iterable[Module]) -> ModuleList:
+        return self.extend(other)
+
     def extend(self, modules: Iterable[Module]) -> ModuleList:
         """Add each of `modules` at the end, all checked first; returns self."""
         new = [_checked("ModuleList", m, f"item {i}") for i, m in enumerate(modules)]
@@ -211,7 +218,7 @@ class ModuleDict(Module):
 
     def update(self, modules: Mapping[str, Module] | Iterable[tuple[str, Module]]) -> None:
         """Set each (key, module) of a mapping or of an iterable of pairs, all checked first."""
-        pairs = list(modules.items() if isinstance(modules, Mapping) else modules)
+        pairs = list(modules.items() if isinstance(modules, (Mapping, ModuleDict)) else modules)
         checked = []
         for pair in pairs:
             if not isinstance(pair, (tuple, list)) or len(pair) != 2:

@@ -3,10 +3,9 @@ CrossEntropyLoss (the same, with a reduction) and MSELoss (mean squared error)."
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from .. import init, ops
+from .. import ops
 from ..autograd import Tensor
 from ..ops.indices import as_index_array
 from .module import Module
@@ -54,11 +53,20 @@ def _reduce(loss: Tensor, reduction: str) -> Tensor:
     """The elementwise `loss` summed, averaged (NaN for no elements, as PyTorch) or kept."""
     if reduction == "none":
         return loss
-    total = ops.summation(loss)
     if reduction == "sum":
-        return total
-    n = math.prod(loss.shape)
-    return total / n if n else total * math.nan
+        return ops.summation(loss)
+    return ops.mean(loss)  # (float16 in float32)
+
+
+def _per_sample(logits: Tensor, labels: Any) -> Tensor:
+    """Each row's cross-entropy, logsumexp(logits) - logits[y], the target picked as an
+    embedding row of the flat logits (a one-hot mask times logsoftmax is NaN at a -inf
+    logit of another class: -inf * 0)."""
+    n, k = logits.shape
+    xp = logits.device.xp
+    rows = xp.arange(n, dtype=labels.dtype, device=labels.device) * k + labels
+    picked = ops.embedding(ops.reshape(logits, (n * k, 1)), rows)
+    return ops.logsumexp(logits, (1,)) - ops.reshape(picked, (n,))
 
 
 #: CrossEntropyLoss's other arguments, with the only values it takes (PyTorch's defaults)
@@ -94,15 +102,18 @@ class CrossEntropyLoss(SoftmaxLoss):
     def forward(self, logits: Tensor, y: Tensor) -> Tensor:
         """The cross-entropy of (N, k) logits against (N,) labels, reduced."""
         labels = self._labels(logits, y)
-        n, k = logits.shape
+        n = logits.shape[0]
         if self.reduction == "mean":
             return ops.SoftmaxCrossEntropy(labels)(logits)
-        if self.reduction == "sum" and n:
+        narrow = logits.dtype.itemsize < 4
+        if self.reduction == "sum" and n and not narrow:
             return ops.SoftmaxCrossEntropy(labels)(logits) * float(n)
-        # per sample: -sum_j onehot(y)_j logsoftmax(logits)_j over the classes
-        onehot = init.one_hot(k, y, device=logits.device, dtype=logits.dtype)
-        return _reduce(-ops.summation(ops.logsoftmax(logits, 1) * onehot, (1,)),
-                       self.reduction)
+        if self.reduction == "sum":
+            # float16: the samples' losses and their sum in float32, as PyTorch's (n times
+            # the float16 mean multiplies its rounding by n, and 70,000 is inf in float16)
+            wide = ops.astype(logits, "float32")
+            return ops.astype(ops.summation(_per_sample(wide, labels)), logits.dtype)
+        return _reduce(_per_sample(logits, labels), self.reduction)
 
     def extra_repr(self) -> str:
         return f"reduction={self.reduction!r}"

@@ -33,7 +33,7 @@ from .pool import (
 )
 from .reduce import (
     LogSoftmax, LogSumExp, Max, SoftmaxCrossEntropy, SoftmaxCrossEntropyGrad, Summation,
-    logsoftmax, logsumexp, max, softmax_cross_entropy, summation,
+    logsoftmax, logsumexp, max, mean, softmax_cross_entropy, summation,
 )
 from .softmax import Softmax, SoftmaxGrad, softmax
 from .tuple import (
@@ -50,7 +50,8 @@ __all__ = [
     "Permute", "Reshape",
     "ScatterItem", "Transpose", "UnDilate", "broadcast_to", "dilate", "flip", "get_item",
     "permute", "reshape", "transpose", "undilate", "LogSoftmax", "LogSumExp", "Max",
-    "Summation", "SumToShape", "logsoftmax", "logsumexp", "max", "sum_to_shape", "summation",
+    "Summation", "SumToShape", "logsoftmax", "logsumexp", "max", "mean", "sum_to_shape",
+    "summation",
     "FusedAddScalars", "MakeTensorTuple", "OneHotTuple", "Split", "Stack", "TupleGetItem",
     "fused_add_scalars", "make_tuple", "split", "stack", "tuple_get_item", "as_scalar",
     "Normalize", "NormalizeGrad", "normalize", "BatchNorm", "BatchNormGrad", "batch_norm",

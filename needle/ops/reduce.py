@@ -21,6 +21,20 @@ def mean_factor(n: int) -> float:
     return 1.0 / n if n else math.nan
 
 
+def mean(a: Tensor, axes: int | tuple[int, ...] | None = None) -> Tensor:
+    """The mean over `axes` (all when None; NaN over no items), as sum / count; float16
+    summed and divided in float32 (as PyTorch's: a float16 sum passes 65504 soon)."""
+    from .dtypes import AsType  # (dtypes imports this module's neighbours)
+
+    shape = a.shape
+    axes = normalize_axes("mean", axes, shape)
+    count = math.prod(shape[ax] for ax in axes)
+    narrow = a.dtype.kind == "f" and a.dtype.itemsize < 4
+    total = Summation(axes)(AsType("float32")(a) if narrow else a)
+    out = total / count if count else total * math.nan
+    return AsType(a.dtype)(out) if narrow else out
+
+
 def keepdims_shape(shape: tuple, axes: tuple[int, ...]) -> tuple[int, ...]:
     """`shape` with the reduced `axes` (non-negative) set to 1."""
     return tuple(1 if i in axes else s for i, s in enumerate(shape))
