@@ -30,8 +30,9 @@ def _check_state(owner: str, name: str, h: Tensor, expected: tuple[int, ...]) ->
         raise ValueError(f"{owner}: expected {name} of shape {expected}, found {found}")
 
 
-def _check_input(owner: str, X: Tensor, ndim: int, input_size: int) -> None:
-    layout = "(B, input_size)" if ndim == 2 else "(T, B, input_size)"
+def _check_input(owner: str, X: Tensor, ndim: int, input_size: int,
+                 layout: str = "(T, B, input_size)") -> None:
+    layout = "(B, input_size)" if ndim == 2 else layout
     if not isinstance(X, Tensor) or X.ndim != ndim or X.shape[-1] != input_size:
         found = X.shape if isinstance(X, Tensor) else type(X).__name__
         raise ValueError(f"{owner}: expected X of shape {layout} with input_size="
@@ -163,39 +164,54 @@ def _layer_inputs(cell: _Cell, X: Tensor | list[Tensor]) -> list[Tensor]:
 class _Stack(Module):
     """Sizes, checks and repr shared by RNN and LSTM."""
 
+    batch_first: bool = False  # (the default for a stack pickled before the option existed)
+
     def __init__(self, owner: str, input_size: int, hidden_size: int, num_layers: int,
-                 bias: bool):
+                 bias: bool, batch_first: bool):
         super().__init__()
         self.input_size = check_size(owner, "input_size", input_size)
         self.hidden_size = check_size(owner, "hidden_size", hidden_size)
         self.num_layers = check_size(owner, "num_layers", num_layers)
         self.bias = flag(owner, "bias", bias)
+        self.batch_first = flag(owner, "batch_first", batch_first)
 
-    def _check(self, X: Tensor, states: dict[str, Tensor | None]) -> None:
+    def _time_major(self, X: Tensor, states: dict[str, Tensor | None]) -> Tensor:
+        """X checked, with the states, and as (T, B, input_size): with batch_first the
+        (B, T, input_size) input's first two axes swapped (a Transpose node)."""
         owner = type(self).__name__
-        _check_input(owner, X, 3, self.input_size)
-        if X.shape[0] == 0:
+        layout = "(B, T, input_size)" if self.batch_first else "(T, B, input_size)"
+        _check_input(owner, X, 3, self.input_size, layout)
+        T, B = X.shape[1::-1] if self.batch_first else X.shape[:2]
+        if T == 0:
             raise ValueError(f"{owner}: expected a sequence length larger than 0, found an "
-                             f"input of shape {tuple(X.shape)} (T, B, input_size)")
-        expected = (self.num_layers, X.shape[1], self.hidden_size)
+                             f"input of shape {tuple(X.shape)} {layout}")
+        expected = (self.num_layers, B, self.hidden_size)
         for name, h in states.items():
             if h is not None:
                 _check_state(owner, name, h, expected)
+        return ops.transpose(X, (0, 1)) if self.batch_first else X
+
+    def _output(self, outputs: list[Tensor]) -> Tensor:
+        """The last layer's per-step outputs as (T, B, H), or (B, T, H) with batch_first
+        (stacked on axis 1: the transpose back, without a node of its own)."""
+        return ops.stack(outputs, 1 if self.batch_first else 0)
 
     def extra_repr(self) -> str:
         text = f"{self.input_size}, {self.hidden_size}"
         if self.num_layers != 1:
             text += f", num_layers={self.num_layers}"
-        return text + ("" if self.bias else ", bias=False")
+        text += "" if self.bias else ", bias=False"
+        return text + (", batch_first=True" if self.batch_first else "")
 
 
 class RNN(_Stack):
-    """A stack of RNNCells over a sequence: X (T, B, input_size) -> (output, h_n)."""
+    """A stack of RNNCells over a sequence: X (T, B, input_size), or (B, T, input_size)
+    with batch_first -> (output, h_n)."""
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1,
                  bias: bool = True, nonlinearity: str = "tanh", device: Device | None = None,
-                 dtype: str = "float32"):
-        super().__init__("RNN", input_size, hidden_size, num_layers, bias)
+                 dtype: str = "float32", batch_first: bool = False):
+        super().__init__("RNN", input_size, hidden_size, num_layers, bias, batch_first)
         if nonlinearity not in _ACTIVATIONS:
             raise ValueError(f"RNN: nonlinearity must be 'tanh' or 'relu', "
                              f"found {nonlinearity!r}")
@@ -208,8 +224,9 @@ class RNN(_Stack):
 
     def forward(self, X: Tensor, h0: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """X (T, B, input_size), h0 (L, B, H) or None for zeros -> output (T, B, H) of the
-        last layer and h_n (L, B, H), the last state of every layer."""
-        self._check(X, {"h0": h0})
+        last layer and h_n (L, B, H), the last state of every layer; with batch_first X is
+        (B, T, input_size) and the output (B, T, H)."""
+        X = self._time_major(X, {"h0": h0})
         h_n = []
         for k, cell in enumerate(self.rnn_cells):
             h = None if h0 is None else h0[k]
@@ -219,7 +236,7 @@ class RNN(_Stack):
                 outputs.append(h)
             h_n.append(h)
             X = outputs
-        return ops.stack(X, 0), ops.stack(h_n, 0)
+        return self._output(X), ops.stack(h_n, 0)
 
     def extra_repr(self) -> str:
         act = "" if self.nonlinearity == "tanh" else f", nonlinearity={self.nonlinearity}"
@@ -227,11 +244,13 @@ class RNN(_Stack):
 
 
 class LSTM(_Stack):
-    """A stack of LSTMCells over a sequence: X (T, B, input_size) -> (output, (h_n, c_n))."""
+    """A stack of LSTMCells over a sequence: X (T, B, input_size), or (B, T, input_size)
+    with batch_first -> (output, (h_n, c_n))."""
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1,
-                 bias: bool = True, device: Device | None = None, dtype: str = "float32"):
-        super().__init__("LSTM", input_size, hidden_size, num_layers, bias)
+                 bias: bool = True, device: Device | None = None, dtype: str = "float32",
+                 batch_first: bool = False):
+        super().__init__("LSTM", input_size, hidden_size, num_layers, bias, batch_first)
         self.lstm_cells = []
         for k in range(self.num_layers):  # built (and drawn) layer by layer
             n_in = self.input_size if k == 0 else self.hidden_size
@@ -241,9 +260,10 @@ class LSTM(_Stack):
     def forward(self, X: Tensor, h: tuple[Tensor, Tensor] | None = None
                 ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         """X (T, B, input_size), h None (zeros) or (h0, c0) each (L, B, H) -> output
-        (T, B, H) of the last layer and (h_n, c_n), each (L, B, H)."""
+        (T, B, H) of the last layer and (h_n, c_n), each (L, B, H); with batch_first X is
+        (B, T, input_size) and the output (B, T, H)."""
         h0, c0 = (None, None) if h is None else _unpack_pair("LSTM", h)
-        self._check(X, {"h0": h0, "c0": c0})
+        X = self._time_major(X, {"h0": h0, "c0": c0})
         h_n, c_n = [], []
         for k, cell in enumerate(self.lstm_cells):
             hk = None if h0 is None else h0[k]
@@ -255,4 +275,4 @@ class LSTM(_Stack):
             h_n.append(hk)
             c_n.append(ck)
             X = outputs
-        return ops.stack(X, 0), (ops.stack(h_n, 0), ops.stack(c_n, 0))
+        return self._output(X), (ops.stack(h_n, 0), ops.stack(c_n, 0))
