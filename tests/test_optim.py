@@ -177,6 +177,39 @@ def test_bad_hyperparameters_raise(make, message, device):
 
 
 
+def test_adam_betas_is_pytorchs_spelling_of_beta1_and_beta2(device):
+    ours, theirs = params_on(device), params_on(device)
+    course = optim.Adam(ours, lr=0.05, beta1=0.8, beta2=0.95, eps=1e-6)
+    torch_style = optim.Adam(theirs, lr=0.05, betas=(0.8, 0.95), eps=1e-6)
+    assert (torch_style.beta1, torch_style.beta2) == (0.8, 0.95)
+    assert torch_style.state_dict()["hyperparameters"] == course.state_dict()["hyperparameters"]
+    run(course, ours, device)
+    run(torch_style, theirs, device)
+    for a, b in zip(ours, theirs):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())  # the same updates, to the bit
+    assert not np.array_equal(ours[0].numpy(), params_on(device)[0].numpy())  # (they moved)
+    default = optim.Adam(params_on(device), betas=[np.float32(0.5), 0.9])  # a list too
+    assert (default.beta1, default.beta2) == (0.5, 0.9) and type(default.beta1) is float
+    assert (optim.Adam(params_on(device)).beta1, optim.Adam(params_on(device)).beta2) == (
+        0.9, 0.999)  # the course's defaults
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"betas": (0.9, 0.99), "beta1": 0.9}, TypeError, "give one spelling, not betas and beta1"),
+    ({"betas": (0.9, 0.99), "beta1": 0.8, "beta2": 0.9}, TypeError, "betas and beta1 and beta2"),
+    ({"betas": (0.9,)}, ValueError, r"betas must be a tuple of 2 numbers \(beta1, beta2\), "
+                                    r"found 1: \(0.9,\)"),
+    ({"betas": (0.9, 0.99, 0.1)}, ValueError, "betas must be a tuple of 2 numbers"),
+    ({"betas": (0.9, 1.0)}, ValueError, r"Adam: betas\[1\] must be in \[0.0, 1.0\), found 1.0"),
+    ({"betas": (-0.1, 0.9)}, ValueError, r"betas\[0\] must be in"),
+    ({"betas": ("0.9", 0.9)}, TypeError, r"betas\[0\] must be a real number"),
+    ({"betas": 0.9}, TypeError, r"betas must be a tuple \(beta1, beta2\), found float"),
+])
+def test_adam_bad_betas_raise_naming_them(kwargs, error, message, device):
+    with pytest.raises(error, match=message):
+        optim.Adam(params_on(device), **kwargs)
+
+
 class Real:
     """A number of the user's own: anything with __float__ is taken as a real number."""
 

@@ -63,6 +63,22 @@ ADAM_MANY = Kernel("adam_many", adam_many_portable, fast={
     "torch": "needle.backends.optimizer_updates_torch:adam_many_torch"})
 
 
+def _betas(betas: Any, beta1: Any, beta2: Any) -> tuple[float, float]:
+    """PyTorch's `betas=(beta1, beta2)` as the two values, checked as betas[0], betas[1]."""
+    given = [name for name, value in (("beta1", beta1), ("beta2", beta2)) if value is not None]
+    if given:
+        raise TypeError(f"Adam: betas is PyTorch's spelling of beta1 and beta2; give one "
+                        f"spelling, not betas and {' and '.join(given)}")
+    if not isinstance(betas, (tuple, list)):
+        raise TypeError(f"Adam: betas must be a tuple (beta1, beta2), found "
+                        f"{type(betas).__name__}")
+    if len(betas) != 2:
+        raise ValueError(f"Adam: betas must be a tuple of 2 numbers (beta1, beta2), found "
+                         f"{len(betas)}: {tuple(betas)!r}")
+    return check_range("Adam", "betas[0]", betas[0], 0.0, 1.0), check_range(
+        "Adam", "betas[1]", betas[1], 0.0, 1.0)
+
+
 class Adam(Optimizer):
     """g = grad + wd p; m, v = moving averages of g and g^2; p -= lr m^ / (sqrt(v^) + eps).
 
@@ -76,12 +92,17 @@ class Adam(Optimizer):
     hyperparameters = ("lr", "beta1", "beta2", "eps", "weight_decay")
     state_names = ("m", "v")
 
-    def __init__(self, params: Iterable[Tensor], lr: float = 0.01, beta1: float = 0.9,
-                 beta2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.0):
+    def __init__(self, params: Iterable[Tensor], lr: float = 0.01, beta1: float | None = None,
+                 beta2: float | None = None, eps: float = 1e-8, weight_decay: float = 0.0,
+                 *, betas: tuple[float, float] | None = None):
+        """beta1 and beta2 default to 0.9 and 0.999; `betas=(beta1, beta2)` is PyTorch's
+        spelling of both (giving it with either of them is a TypeError)."""
         super().__init__(params)
+        if betas is not None:
+            beta1, beta2 = _betas(betas, beta1, beta2)
         self.lr = lr
-        self.beta1 = beta1
-        self.beta2 = beta2
+        self.beta1 = 0.9 if beta1 is None else beta1
+        self.beta2 = 0.999 if beta2 is None else beta2
         self.eps = eps
         self.weight_decay = weight_decay
 
