@@ -426,3 +426,43 @@ def test_a_compiled_loop_with_a_scheduler_matches_the_eager_one_to_the_bit(make,
     frozen, _, _, _ = _training(device, lambda o: lr_scheduler.LambdaLR(o, lambda e: 1.0),
                                 inside, compiled=True)
     assert not all(np.array_equal(a, b) for a, b in zip(frozen, compiled))
+
+
+class _Restarts(lr_scheduler.LRScheduler):
+    """A user's schedule with state of its own: halves the lr every `period` steps, the
+    period doubling at each restart (PyTorch's state_dict saves such attributes too)."""
+
+    def __init__(self, optimizer, period=1):
+        self.period, self.restarts, self.since = period, 0, 0
+        super().__init__(optimizer)
+
+    def get_lr(self):
+        if self.last_epoch == 0:
+            return [self.base_lrs[0]]
+        self.since += 1
+        if self.since < self.period:
+            return [self.optimizer.lr]
+        self.since, self.restarts, self.period = 0, self.restarts + 1, self.period * 2
+        return [self.optimizer.lr / 2]
+
+
+def test_a_subclass_keeps_its_own_state_in_state_dict(device):
+    opt = optim.SGD(nn.Linear(2, 2, device=device).parameters(), lr=1.0)
+    sched = _Restarts(opt)
+    for _ in range(4):
+        opt.step()
+        sched.step()
+    state = sched.state_dict()
+    assert (state["period"], state["restarts"], state["since"]) == (4, 2, 1)
+    twin_opt = optim.SGD(nn.Linear(2, 2, device=device).parameters(), lr=1.0)
+    twin = _Restarts(twin_opt)
+    twin.load_state_dict(state)
+    twin_opt.lr = opt.lr
+    assert (twin.period, twin.restarts, twin.since) == (4, 2, 1)
+    for _ in range(10):
+        for o, s in ((opt, sched), (twin_opt, twin)):
+            o.step()
+            s.step()
+        assert twin_opt.lr == opt.lr
+    assert opt.lr == 1 / 8  # 14 steps: halved at steps 1, 3 and 7 (periods 1, 2, 4; the
+    # next at 15)

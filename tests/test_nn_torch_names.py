@@ -415,6 +415,16 @@ def test_replacing_an_item_after_recording_records_again(device):
     _same([run(x)], [chain(x)])
     assert run.captures == 4
 
+    def joined(x):  # a list made by `+` reads the container too
+        for layer in layers + [nn.Tanh()]:
+            x = layer(x)
+        return x
+    run_joined = ndl.compile(joined)
+    _same([run_joined(x), run_joined(x)], [joined(x)] * 2)
+    layers.append(nn.Linear(3, 3, device=device))
+    _same([run_joined(x)], [joined(x)])
+    assert run_joined.captures == 2
+
     relu = nn.ReLU()  # containers built inside the step: recorded once, then replayed
 
     def built(x):
@@ -436,3 +446,19 @@ def test_containers_copy_and_pickle(device):
         assert list(clone.state_dict()) == list(model.state_dict())
         assert clone.layers[0].weight is not model.layers[0].weight
         np.testing.assert_array_equal(clone(x).numpy(), model(x).numpy())
+
+
+def test_compiled_per_sample_cross_entropy_matches_eager(device):
+    # the targets' flat indices are computed on the device inside the recorded step
+    rng = np.random.default_rng(7)
+    z = rng.standard_normal((5, 4)).astype(np.float32)
+    lin = nn.Linear(4, 4, device=device)
+    loss_fn = nn.CrossEntropyLoss(reduction="none")
+
+    def step(x, y):
+        return loss_fn(lin(x), y)
+    run = ndl.compile(step)
+    for labels in ([0, 1, 2, 3, 0], [3, 3, 1, 0, 2]):
+        x, y = T(z, device), T(labels, device, "int64")
+        np.testing.assert_array_equal(run(x, y).numpy(), step(x, y).numpy())
+    assert run.captures == 1

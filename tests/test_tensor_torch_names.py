@@ -76,6 +76,8 @@ def test_numpys_mean_of_a_tensor(device):
     x = tensor(A, device)
     np.testing.assert_allclose(np.asarray(np.mean(x).numpy()), A.mean(), rtol=1e-6)
     np.testing.assert_allclose(np.mean(x, axis=1).numpy(), A.mean(1), rtol=1e-6)
+    assert np.mean(x, axis=()).shape == np.mean(A, axis=()).shape == (2, 3, 4)  # (numpy's
+    # axis=() averages nothing; PyTorch's dim=() everything: the test above)
     with pytest.raises(TypeError, match="dtype= and out= are not supported"):
         x.mean(dtype="float64")
     with pytest.raises(TypeError, match="both dim and axis"):

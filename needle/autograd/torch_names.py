@@ -51,9 +51,11 @@ class TorchNames:
             raise TypeError("mean: dtype= and out= are not supported; convert with "
                             "ndl.ops.astype first")
         if axis is not None:
-            dim = axis if dim is None else None
-            if dim is None:
+            if dim is not None:
                 raise TypeError("mean: got both dim and axis; they are the same argument")
+            if isinstance(axis, (tuple, list)) and not axis:
+                return self  # (numpy's axis=(): no axis averaged)
+            dim = axis
         from ..ops.axes import normalize_axes
         from ..ops.reduce import keepdims_shape, mean
 

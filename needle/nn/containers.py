@@ -115,7 +115,7 @@ class ModuleList(Module):
 
     def __add__(self, other: Iterable[Module]) -> ModuleList:
         """A new ModuleList of these modules, then `other`'s."""
-        return ModuleList([*self._items(), *other])
+        return ModuleList([*self, *other])  # (iterating reads: ndl.compile guards self)
 
     def __iadd__(self, other: Iterable[Module]) -> ModuleList:
         return self.extend(other)

@@ -7,6 +7,7 @@ from typing import Any
 
 from .. import ops
 from ..autograd import Tensor
+from ..autograd.graph import array_function
 from ..ops.indices import as_index_array
 from .module import Module
 
@@ -63,10 +64,15 @@ def _per_sample(logits: Tensor, labels: Any) -> Tensor:
     embedding row of the flat logits (a one-hot mask times logsoftmax is NaN at a -inf
     logit of another class: -inf * 0)."""
     n, k = logits.shape
-    xp = logits.device.xp
-    rows = xp.arange(n, dtype=labels.dtype, device=labels.device) * k + labels
+    rows = _target_rows(logits.device.xp, labels, k)
     picked = ops.embedding(ops.reshape(logits, (n * k, 1)), rows)
     return ops.logsumexp(logits, (1,)) - ops.reshape(picked, (n,))
+
+
+@array_function
+def _target_rows(xp: Any, labels: Any, k: int) -> Any:
+    """The flat index i * k + labels[i] of each row's target (recorded by ndl.compile)."""
+    return xp.arange(labels.shape[0], dtype=labels.dtype, device=labels.device) * k + labels
 
 
 #: CrossEntropyLoss's other arguments, with the only values it takes (PyTorch's defaults)

@@ -115,8 +115,15 @@ class LRScheduler:
     # ----- state -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Everything but the optimizer: the settings, `base_lrs`, `last_epoch`,
-        `_step_count` and `_last_lr` (PyTorch's keys); plain values that ndl.save takes."""
-        return {name: _copied(getattr(self, name)) for name in self.settings + self.state_names}
+        `_step_count` and `_last_lr` (PyTorch's keys), and any other attribute a subclass
+        keeps (a restart counter, as PyTorch saves every one)."""
+        names = self.settings + self.state_names + self._own_names()
+        return {name: _copied(getattr(self, name)) for name in names}
+
+    def _own_names(self) -> tuple[str, ...]:
+        """A subclass's own attributes, beyond those declared: saved and loaded as they are."""
+        declared = set(self.settings + self.state_names) | {"optimizer", "_is_initial"}
+        return tuple(k for k in vars(self) if k not in declared)
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Restore what state_dict() returned; one ValueError lists every problem, and
@@ -126,9 +133,10 @@ class LRScheduler:
             raise TypeError(f"{owner}: state_dict must be a mapping, found "
                             f"{type(state_dict).__name__}")
         names = self.settings + self.state_names
+        own = self._own_names()  # (a subclass's: restored as they are, where present)
         problems = [f"missing keys {[k for k in names if k not in state_dict]}"] if any(
             k not in state_dict for k in names) else []
-        unexpected = [k for k in state_dict if k not in names]
+        unexpected = [k for k in state_dict if k not in names and k not in own]
         if unexpected:
             problems.append(f"unexpected keys {unexpected}")
         values = {}
@@ -140,6 +148,7 @@ class LRScheduler:
                     problems.append(str(e))
         if problems:
             raise ValueError(f"{owner}: " + "; ".join(problems))
+        values.update((k, _copied(state_dict[k])) for k in own if k in state_dict)
         for name, value in values.items():
             setattr(self, name, value)
 
