@@ -115,10 +115,29 @@ def test_course_init_makes_a_leaf(device):
 
 
 def test_tensors_are_dict_keys_compared_by_identity():
+    # hashed by identity (sets and dicts never compare two live Tensors' values); == itself
+    # is elementwise, as PyTorch's (tests/test_tensor_torch_names.py)
     a, b = ndl.Tensor([1.0]), ndl.Tensor([1.0])
     d = {a: 1, b: 2}
-    assert len(d) == 2 and d[a] == 1
-    assert a is not b and not (a == b) and a == a
+    assert len(d) == 2 and d[a] == 1 and d[b] == 2 and len({a, b, a}) == 2
+    assert a is not b and (a == b).numpy().tolist() == [True]
+
+
+def test_weak_identity_containers_never_compare_values():
+    # weakref's WeakSet compares two references to one Tensor with ==, elementwise now
+    import gc
+
+    from needle.autograd.weak import WeakIdDict, WeakIdSet
+
+    a, b = ndl.Tensor([1.0, 2.0]), ndl.Tensor([1.0, 2.0])
+    seen, where = WeakIdSet(), WeakIdDict()
+    seen.add(a)
+    where[a] = "line 3"
+    assert a in seen and b not in seen and where.get(a) == "line 3" and where.get(b) is None
+    assert len(seen) == 1 and a in where and b not in where
+    del a
+    gc.collect()
+    assert len(seen) == 0 and len(where) == 0  # (an entry goes with its Tensor)
 
 
 # ----- operators build the course's graph ------------------------------------------------

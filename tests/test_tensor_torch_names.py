@@ -276,3 +276,62 @@ def test_inside_a_compiled_step(device):
     compiled = ndl.compile(step)
     for _ in range(3):
         np.testing.assert_array_equal(compiled(x).numpy(), eager)
+
+
+# ----- comparisons -------------------------------------------------------------------------
+B = np.array([[0.5, -1.0, 2.0, 0.0]], np.float32)  # (1, 4): broadcasts against (2, 3, 4)
+
+
+def test_comparisons_are_elementwise_bool_tensors(device):
+    x, b = tensor(A, device), tensor(B, device)
+    # written out with numpy's operators on the host arrays
+    for got, want in ((x == b, A == B), (x != b, A != B), (x < b, A < B), (x <= b, A <= B),
+                      (x > b, A > B), (x >= b, A >= B), (x > 0.5, A > 0.5), (x == 0, A == 0),
+                      (0.5 < x, A > 0.5), (1 >= x, A <= 1)):
+        assert got.dtype == "bool" and got.shape == want.shape and not got.requires_grad
+        np.testing.assert_array_equal(got.numpy(), want)
+    same = tensor(A, device)
+    assert (x == same).numpy().all() and not (x != same).numpy().any()
+    assert (x == x).numpy().all()  # (elementwise: NaN aside, all True)
+    accuracy = (tensor([1, 2, 3], device, "int64") == tensor([1, 0, 3], device, "int64"))
+    np.testing.assert_array_equal(accuracy.numpy(), [True, False, True])
+
+
+def test_nan_is_unequal_to_itself(device):
+    x = tensor(np.array([1.0, np.nan], np.float32), device)
+    np.testing.assert_array_equal((x != x).numpy(), [False, True])  # the NaN mask idiom
+    np.testing.assert_array_equal((x == x).numpy(), [True, False])
+
+
+def test_comparison_errors_and_identity_fallbacks(device):
+    x = tensor(A, device)
+    with pytest.raises(ValueError, match=r"gt: shapes \(2, 3, 4\) and \(2, 3\) are not "
+                                         "broadcastable"):
+        _ = x > tensor(A[:, :, 0], device)
+    with pytest.raises(TypeError, match="compare a Tensor with a Tensor or a number, not a "
+                                        "ndarray"):
+        _ = A == x  # (numpy hands the comparison to the Tensor: no silent False)
+    with pytest.raises(TypeError, match="do not combine"):
+        _ = x == tensor(np.ones(4), device, "int64")
+    assert (x == None) is False and (x != None) is True  # noqa: E711 (identity, as before)
+    assert (x == "x") is False
+    with pytest.raises(RuntimeError, match="ambiguous"):
+        bool(x == x)
+    # sets and dicts key Tensors by identity and never compare two of them
+    y = tensor(A, device)
+    assert len({x, y, x}) == 2 and {x: 1, y: 2}[y] == 2 and x in [x]
+
+
+def test_comparisons_inside_a_compiled_step(device):
+    labels = tensor([0, 1, 2, 3, 0, 1], device, "int64")
+
+    def correct(x, y):
+        hits = x > 0.0  # a bool Tensor made inside the step, read back as data
+        return ndl.ops.astype(hits, "float32").sum(), (y == 1)
+    run = ndl.compile(correct)
+    for scale in (1.0, -1.0):
+        x = tensor(A.reshape(6, 4) * scale, device)
+        got, eager = run(x, labels), correct(x, labels)
+        np.testing.assert_array_equal(got[0].numpy(), eager[0].numpy())
+        np.testing.assert_array_equal(got[1].numpy(), [False, True, False, False, False, True])
+    assert run.captures == 1

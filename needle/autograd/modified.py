@@ -4,8 +4,9 @@ output replaced before its gradient rule read it."""
 
 from __future__ import annotations
 
-import weakref
 from typing import TYPE_CHECKING
+
+from .weak import WeakIdSet
 
 if TYPE_CHECKING:
     from .graph import Value
@@ -34,7 +35,7 @@ def check_versions(node: Value) -> None:
 
 #: op outputs whose data was replaced (`mark_modified` on a non-leaf): a gradient rule reading
 #: one (`node.result`) raises; empty, as it almost always is, the test costs one truth test
-REPLACED: weakref.WeakSet = weakref.WeakSet()
+REPLACED = WeakIdSet()
 
 
 def raise_replaced(node: Value) -> None:

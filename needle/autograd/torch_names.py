@@ -40,6 +40,38 @@ class TorchNames:
     """PyTorch's Tensor methods, built from needle's ops (mixed into Tensor)."""
 
     __slots__ = ()  # (a Tensor has no __dict__)
+    __hash__ = object.__hash__  # (by identity, as before: defining __eq__ would remove it)
+
+    # ----- comparisons: bool Tensors without a gradient (ops/compare.py) ---------------------
+    def __eq__(self, other: Any) -> Any:
+        from ..ops.compare import compare
+
+        return compare("eq", self, other)
+
+    def __ne__(self, other: Any) -> Any:
+        from ..ops.compare import compare
+
+        return compare("ne", self, other)
+
+    def __lt__(self, other: Any) -> Any:
+        from ..ops.compare import compare
+
+        return compare("lt", self, other)
+
+    def __le__(self, other: Any) -> Any:
+        from ..ops.compare import compare
+
+        return compare("le", self, other)
+
+    def __gt__(self, other: Any) -> Any:
+        from ..ops.compare import compare
+
+        return compare("gt", self, other)
+
+    def __ge__(self, other: Any) -> Any:
+        from ..ops.compare import compare
+
+        return compare("ge", self, other)
 
     def mean(self, axes: int | tuple[int, ...] | None = None, keepdims: bool = False, *,
              dim: int | tuple[int, ...] | None = None, keepdim: bool | None = None,

@@ -19,6 +19,7 @@ import weakref
 from typing import Any
 
 from ..autograd.graph import Value
+from ..autograd.weak import WeakIdDict, WeakIdSet
 from .state import StateHooks
 from .support import CompileError, describe, has_array, is_array, is_module, listed, where
 
@@ -39,11 +40,10 @@ class Recorder(StateHooks):
         # frees it, and `known` sees a dead one's id reused)
         self.objs: list[Any] = []
         self.slot_of: dict[int, int] = {}  # id(object) -> slot
-        # (weak: the step's intermediates are freed as eager frees them)
-        self.values: weakref.WeakSet = weakref.WeakSet()  # Values made during the step
-        self.made_at = weakref.WeakKeyDictionary()  # Value -> where it was made (unknown data)
-        self.aliases = weakref.WeakKeyDictionary()  # detached Value -> the Value it shares
-        self.grad_reads = weakref.WeakKeyDictionary()  # a .grad read -> its slot
+        self.values = WeakIdSet()  # Values made during the step (weak: freed as eagerly; by id)
+        self.made_at = WeakIdDict()  # Value -> where it was made (unknown data)
+        self.aliases = WeakIdDict()  # detached Value -> the Value it shares
+        self.grad_reads = WeakIdDict()  # a .grad read -> its slot
         self.args: dict[int, str] = {}  # id(argument Value) -> its name in the program
         self.arg_slots: dict[int, int] = {}  # id(argument Value) -> the slot of its data
         # arrays read from outside the step: slot -> whose data it was (an argument, a Tensor
