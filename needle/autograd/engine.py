@@ -109,7 +109,7 @@ def backward(output: Value, out_grad: Any, retain_graph: bool = True) -> None:
             if node.op is None and node._grad is not None:  # adjoint, say): a leaf's
                 node._grad = None  # gradient of an earlier pass must not stay as this one's
                 if tracer is not None:
-                    tracer.grad_set(node, raw_leaves)
+                    tracer.grad_set(node, raw_leaves, None)
             continue
         version = node._version
         if version != clock:  # something changed since this node was made (BatchNorm's
@@ -130,7 +130,7 @@ def backward(output: Value, out_grad: Any, retain_graph: bool = True) -> None:
                 given.add(id(grad))
             node._grad = grad
             if tracer is not None:
-                tracer.grad_set(node, raw_leaves)
+                tracer.grad_set(node, raw_leaves, grad)
             continue
         if record:
             # An intermediate node holds a recorded adjoint weakly: that adjoint's graph

@@ -177,7 +177,7 @@ class Value:
             self._check_grad(value)
         self._grad = value
         if _TRACER is not None:
-            _TRACER.grad_set(self)
+            _TRACER.grad_set(self, False, value)
 
     def _wrap_adjoint(self, grad: Any) -> Value:
         """A constant Value of this kind holding an adjoint array (Tensor, TensorTuple)."""

@@ -148,7 +148,10 @@ class Compiled:
                 except Retrace:  # (raised before anything ran)
                     continue
                 entry[3] = 0  # (replayed: no run of recordings)
-                self.cache.move_to_end(key)
+                try:
+                    self.cache.move_to_end(key)
+                except KeyError:  # (another thread's recording evicted it meanwhile)
+                    pass
                 return out
         for obj in held:  # (recording: a full search, once per signature)
             if holds_data(obj):

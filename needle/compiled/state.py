@@ -44,11 +44,11 @@ class StateHooks:
         if changed:
             self.emit("", f"_mark_modified({', '.join(self.ref(v) for v in changed)})")
 
-    def grad_set(self, v: Value, raw: bool = False) -> None:
-        """`v.grad` was set (by backward, or assigned): the program sets it at replay."""
+    def grad_set(self, v: Value, raw: bool = False, grad: Any = None) -> None:
+        """`v.grad` was set to `grad` (by backward, or assigned): the program sets it at
+        replay. (Handed over, not read back: another thread may set v.grad meanwhile.)"""
         if not self.active():
             return
-        grad = v._grad
         if raw and isinstance(grad, Value):  # a backward that records no graph: the array
             grad = v._grad = grad._array
         if not self.outside(v):
