@@ -796,3 +796,26 @@ def test_float16_parameters_update_in_float32_as_pytorchs(kind, device):
     got, want = p.numpy().astype(np.float64), ref.detach().numpy().astype(np.float64)
     assert np.isfinite(got).all()
     np.testing.assert_allclose(got, want, atol=2e-3)  # (float16: 1e-3 apart near 1)
+
+
+def test_pytorch_momentum_is_needles_with_lr_over_one_minus_m(device):
+    """The README's recipe: torch's SGD(lr, momentum=m, weight_decay) is needle's
+    SGD(lr / (1 - m), momentum=m, weight_decay) (the course averages its momentum)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(11)
+    w0, targets = rng.standard_normal((3, 2)), rng.standard_normal((6, 5, 2))
+    xs = rng.standard_normal((6, 5, 3))
+    lr, m, wd = 0.05, 0.9, 0.01
+    w = ndl.nn.Parameter(w0, device=device, dtype="float64")
+    opt = optim.SGD([w], lr=lr / (1 - m), momentum=m, weight_decay=wd)
+    tw = torch.tensor(w0, requires_grad=True)
+    topt = torch.optim.SGD([tw], lr=lr, momentum=m, weight_decay=wd)
+    for x, t in zip(xs, targets):
+        opt.reset_grad()
+        ((ndl.Tensor(x, device=device, dtype="float64") @ w
+          - ndl.Tensor(t, device=device, dtype="float64")) ** 2).sum().backward()
+        opt.step()
+        topt.zero_grad()
+        ((torch.tensor(x) @ tw - torch.tensor(t)) ** 2).sum().backward()
+        topt.step()
+    np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-12, atol=1e-12)
