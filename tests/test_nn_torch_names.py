@@ -1,4 +1,5 @@
-"""PyTorch's nn names: ModuleList, ModuleDict, CrossEntropyLoss and MSELoss."""
+"""PyTorch's nn names: ModuleList, ModuleDict, CrossEntropyLoss, MSELoss and Flatten's
+start_dim/end_dim."""
 
 from __future__ import annotations
 
@@ -344,6 +345,61 @@ def test_mse_loss_errors(device):
         nn.MSELoss("elementwise_mean")
     assert np.isnan(loss_fn(T(np.zeros(0), device), T(np.zeros(0), device)).numpy())
     assert nn.MSELoss("sum")(T(np.zeros(0), device), T(np.zeros(0), device)).numpy() == 0.0
+
+
+# ----- Flatten(start_dim, end_dim) -----------------------------------------------------------
+X4 = np.arange(120, dtype=np.float32).reshape(2, 3, 4, 5) / 10 - 6
+
+
+@pytest.mark.parametrize("args,shape", [((), (2, 60)), ((1, -1), (2, 60)), ((0,), (120,)),
+                                        ((2,), (2, 3, 20)), ((0, 1), (6, 4, 5)),
+                                        ((-3, -2), (2, 12, 5)), ((1, 2), (2, 12, 5)),
+                                        ((3, 3), (2, 3, 4, 5)), ((0, -1), (120,))])
+def test_flatten_start_and_end_dims_as_pytorch(args, shape, device):
+    layer = nn.Flatten(*args)
+    got = layer(T(X4, device))
+    assert got.shape == shape
+    np.testing.assert_array_equal(got.numpy(), X4.reshape(shape))
+    keywords = dict(zip(("start_dim", "end_dim"), args))
+    assert nn.Flatten(**keywords)(T(X4, device)).shape == shape
+
+
+def test_flatten_default_is_the_courses(device):
+    # all but the first axis: (N,) becomes (N, 1), where PyTorch's refuses a 1-d input
+    assert nn.Flatten()(T(np.arange(3.0), device)).shape == (3, 1)
+    assert nn.Flatten()(T(np.ones((4, 2)), device)).shape == (4, 2)
+    layer = nn.Flatten()
+    assert (layer.start_dim, layer.end_dim) == (1, -1)
+    assert repr(layer) == "Flatten(start_dim=1, end_dim=-1)"
+    assert repr(nn.Flatten(0, 2)) == "Flatten(start_dim=0, end_dim=2)"
+    with pytest.raises(ValueError, match=r"Flatten expects at least 1 dimension"):
+        layer(T(np.float32(2.0), device))
+
+
+def test_flatten_gradient(device):
+    from needle.testing import check_gradients
+    check_gradients(nn.Flatten(1, 2), X4, device=device)
+    check_gradients(nn.Flatten(0, -2), X4, device=device)
+
+
+def test_flatten_errors_name_flatten(device):
+    with pytest.raises(TypeError, match=r"Flatten: start_dim must be an integer, found 1.5"):
+        nn.Flatten(1.5)
+    with pytest.raises(TypeError, match=r"Flatten: end_dim must be an integer, found True"):
+        nn.Flatten(0, True)
+    with pytest.raises(ValueError, match="Flatten: start_dim 2 comes after end_dim 1"):
+        nn.Flatten(2, 1)
+    with pytest.raises(ValueError, match="Flatten: start_dim -1 comes after end_dim -2"):
+        nn.Flatten(-1, -2)
+    with pytest.raises(TypeError, match=r"Flatten\.__init__\(\) takes from 1 to 3"):
+        nn.Flatten(0, 1, 2)
+    x = T(X4, device)
+    with pytest.raises(ValueError, match=r"Flatten: axis 4 is out of range -4..3 for shape "
+                                         r"\(2, 3, 4, 5\)"):
+        nn.Flatten(4)(x)
+    with pytest.raises(ValueError, match=r"Flatten: start_dim 3 comes after end_dim -2 for "
+                                         r"shape \(2, 3, 4, 5\)"):
+        nn.Flatten(3, -2)(x)
 
 
 # ----- ndl.compile -------------------------------------------------------------------------

@@ -1,6 +1,8 @@
-"""PyTorch's Tensor methods (autograd/torch_names.py): mean, unsqueeze, squeeze, view, flatten,
-permute, numel, dim, size and tolist against numpy and written-out shapes, their gradients by
-finite differences, their errors, and that a Tensor still does not pass for an array."""
+"""PyTorch's Tensor methods (autograd/torch_names.py, torch_reductions.py): mean, unsqueeze,
+squeeze, view, flatten, permute, numel, dim, size, tolist, the course's sum/reshape/transpose
+with PyTorch's spellings, argmax, argmin, max, min, the dtype conversions, T, clone, cpu, abs,
+sqrt and pow against numpy and written-out shapes, their gradients by finite differences,
+their errors, and that a Tensor still does not pass for an array."""
 
 from __future__ import annotations
 
@@ -334,4 +336,342 @@ def test_comparisons_inside_a_compiled_step(device):
         got, eager = run(x, labels), correct(x, labels)
         np.testing.assert_array_equal(got[0].numpy(), eager[0].numpy())
         np.testing.assert_array_equal(got[1].numpy(), [False, True, False, False, False, True])
+    assert run.captures == 1
+
+
+# ----- the course's sum, reshape and transpose with PyTorch's spellings ------------------------
+def test_transpose_of_two_ints_is_the_courses_swap(device):
+    x = tensor(A, device)
+    for got, want in ((x.transpose(1, 2), np.swapaxes(A, 1, 2)),
+                      (x.transpose((1, 2)), np.swapaxes(A, 1, 2)),
+                      (x.transpose(0, -1), np.swapaxes(A, 0, 2)),
+                      (x.transpose(2, 0), np.swapaxes(A, 0, 2)),
+                      (x.transpose(), np.swapaxes(A, 1, 2)),
+                      (x.transpose(np.int64(0), 1), np.swapaxes(A, 0, 1))):
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_reshape_of_ints_is_the_courses_reshape(device):
+    x = tensor(A, device)
+    for args, shape in (((2, 12), (2, 12)), (((2, 12),), (2, 12)), (([4, 6],), (4, 6)),
+                        ((24,), (24,)), ((-1,), (24,)), ((3, -1, 2), (3, 4, 2)),
+                        ((np.int64(6), 4), (6, 4))):
+        got = x.reshape(*args)
+        assert got.shape == shape
+        np.testing.assert_array_equal(got.numpy(), A.reshape(shape))
+    assert x.reshape(shape=(8, 3)).shape == (8, 3)  # (the course's keyword)
+
+
+@pytest.mark.parametrize("call,axes,keep", [
+    (lambda x: x.sum(dim=1, keepdim=True), (1,), True),
+    (lambda x: x.sum(1, keepdims=True), (1,), True),
+    (lambda x: x.sum(1, True), (1,), True),
+    (lambda x: x.sum(dim=(0, 2)), (0, 2), False),
+    (lambda x: x.sum(dim=[-1, 0], keepdim=True), (0, 2), True),
+    (lambda x: x.sum(axis=2, keepdims=True), (2,), True),
+    (lambda x: x.sum(keepdim=True), (0, 1, 2), True),
+    (lambda x: x.sum(dim=()), (0, 1, 2), False),  # (PyTorch's dim=(): every dim)
+    (lambda x: np.sum(x), (0, 1, 2), False),
+    (lambda x: np.sum(x, axis=1, keepdims=True), (1,), True),
+], ids=["dim_keepdim", "keepdims", "positional", "dims", "dims_list", "axis", "all_kept",
+        "dim_empty", "np_sum", "np_sum_axis"])
+def test_sum_spellings_keep_summations_numbers(call, axes, keep, device):
+    x = tensor(A, device)
+    got = call(x)
+    want = x.sum(axes).numpy()  # the course's Summation, to the bit
+    if keep:
+        want = want.reshape([1 if i in axes else n for i, n in enumerate(A.shape)])
+    assert got.shape == want.shape and got.dtype == "float32"
+    np.testing.assert_array_equal(got.numpy(), want)
+    np.testing.assert_allclose(got.numpy(), A.sum(axes, keepdims=keep), rtol=1e-6, atol=1e-6)
+
+
+def test_course_sum_of_no_axes_is_unchanged(device):
+    x = tensor(A, device)  # the course's axes=() and numpy's axis=() sum over nothing
+    np.testing.assert_array_equal(x.sum(()).numpy(), A)
+    np.testing.assert_array_equal(x.sum(axis=()).numpy(), A)
+    assert x.sum(dim=0, keepdim=False).shape == (3, 4)
+
+
+def test_course_method_spelling_errors(device):
+    x = tensor(A, device)
+    with pytest.raises(TypeError, match=r"transpose: got one dim, 1; give two"):
+        x.transpose(1)
+    with pytest.raises(TypeError, match=r"transpose: got \(0, 1\) and 2; give two ints"):
+        x.transpose((0, 1), 2)
+    with pytest.raises(ValueError, match="transpose: axis 3 is out of range"):
+        x.transpose(0, 3)
+    with pytest.raises(TypeError, match="reshape: expected ints"):
+        x.reshape(2.0, 12)
+    with pytest.raises(ValueError, match=r"cannot reshape \(2, 3, 4\)"):
+        x.reshape(5, 5)
+    with pytest.raises(TypeError, match="sum: got both axes and dim"):
+        x.sum(1, dim=1)
+    with pytest.raises(TypeError, match="sum: got both dim and axis"):
+        x.sum(dim=1, axis=1)
+    with pytest.raises(TypeError, match="sum: got both keepdims and keepdim"):
+        x.sum(1, True, keepdim=True)
+    with pytest.raises(TypeError, match="sum: keepdim must be True or False"):
+        x.sum(dim=1, keepdim="yes")
+    with pytest.raises(TypeError, match="sum: out= is not supported"):
+        x.sum(axis=1, out=np.zeros(3))
+    with pytest.raises(ValueError, match=r"sum: axis 3 .*\(2, 3, 4\)"):
+        x.sum(dim=3, keepdim=True)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x.transpose(0, 2), lambda x: x.reshape(4, 6), lambda x: x.reshape(24),
+    lambda x: x.sum(dim=1, keepdim=True) * x, lambda x: x.sum((0, 2), keepdims=True) * x,
+], ids=["transpose", "reshape", "reshape_int", "sum_keepdim", "sum_keepdims"])
+def test_course_method_spelling_gradients(fn, device):
+    check_gradients(fn, A, device=device)
+
+
+# ----- argmax, argmin, max, min ----------------------------------------------------------
+R = np.random.default_rng(0).permutation(24).reshape(2, 3, 4).astype(np.float32) / 4 - 3
+TIES = np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 0.0]], np.float32)
+
+
+@pytest.mark.parametrize("dim", [None, 0, 1, 2, -1, -3])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_argmax_and_argmin_match_numpy(dim, keepdim, device):
+    x = tensor(R, device, "float32").requires_grad_()
+    for name in ("argmax", "argmin"):
+        got = getattr(x, name)(dim, keepdim)
+        want = getattr(np, name)(R, axis=dim, keepdims=keepdim)
+        assert got.shape == want.shape, name
+        assert got.dtype == "int64" and not got.requires_grad
+        np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_argmax_ties_ints_bools_and_0d(device):
+    x = tensor(TIES, device)  # the first of tied entries, as PyTorch's and numpy's
+    assert x.argmax(1).tolist() == [1, 0] and x.argmin(1).tolist() == [0, 2]
+    assert x.argmax().item() == 1 and x.argmin(dim=None).item() == 5
+    assert x.argmax(keepdim=True).shape == (1, 1)
+    ints = tensor([[5, -7, 2], [0, 9, 9]], device, "int64")
+    assert ints.argmax(dim=1).tolist() == [0, 1] and ints.argmin(0).tolist() == [1, 0, 0]
+    bools = tensor([False, True, True], device, "bool")
+    assert bools.argmax().item() == 1 and bools.argmin().item() == 0
+    five = tensor(5.0, device)
+    for got in (five.argmax(), five.argmax(0), five.argmin(-1, keepdim=True)):
+        assert got.shape == () and got.item() == 0
+    assert tensor(np.zeros((2, 0)), device).argmax(0).shape == (0,)
+
+
+def test_argmax_errors(device):
+    x = tensor(R, device)
+    with pytest.raises(ValueError, match=r"argmax: axis 3 .*\(2, 3, 4\)"):
+        x.argmax(3)
+    with pytest.raises(TypeError, match=r"argmin: dim must be an int or None, got \(0, 1\)"):
+        x.argmin((0, 1))
+    with pytest.raises(TypeError, match="argmax: keepdim must be True or False"):
+        x.argmax(1, "yes")
+    with pytest.raises(ValueError, match=r"argmax: cannot reduce over an empty axis"):
+        tensor(np.zeros((0, 3)), device).argmax(0)
+    with pytest.raises(ValueError, match=r"argmin: cannot reduce over an empty axis"):
+        tensor(np.zeros((0, 3)), device).argmin()
+    with pytest.raises(ValueError, match=r"argmax: dim 1 is out of range -1..0 for a 0-d"):
+        tensor(5.0, device).argmax(1)
+
+
+def test_max_and_min_of_everything(device):
+    x = tensor(R, device)
+    for got, want in ((x.max(), R.max()), (x.min(), R.min()), (np.max(x), R.max()),
+                      (np.min(x), R.min())):
+        assert got.shape == () and got.dtype == "float32"
+        assert got.item() == want
+    assert x.max(keepdim=True).shape == (1, 1, 1)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_max_and_min_along_a_dim_give_values_and_indices(dim, keepdim, device):
+    x = tensor(R, device)
+    for name, arg in (("max", np.argmax), ("min", np.argmin)):
+        out = getattr(x, name)(dim, keepdim)
+        values, indices = out  # (PyTorch's named tuple)
+        assert out.values is values and out[1] is indices and len(out) == 2
+        want = getattr(np, name)(R, axis=dim, keepdims=keepdim)
+        assert values.shape == want.shape and values.dtype == "float32"
+        np.testing.assert_array_equal(values.numpy(), want)
+        assert indices.dtype == "int64" and not indices.requires_grad
+        np.testing.assert_array_equal(indices.numpy(), arg(R, axis=dim, keepdims=keepdim))
+    assert x.max(dim=dim, keepdim=keepdim).values.shape == want.shape
+
+
+def test_max_and_min_with_numpys_axis_give_the_values_only(device):
+    x = tensor(R, device)
+    got = x.max(axis=(0, 2), keepdims=True)
+    assert isinstance(got, ndl.Tensor) and got.shape == (1, 3, 1)
+    np.testing.assert_array_equal(got.numpy(), R.max((0, 2), keepdims=True))
+    np.testing.assert_array_equal(np.min(x, axis=1).numpy(), R.min(1))
+    np.testing.assert_array_equal(x.min(axis=(0, 1)).numpy(), R.min((0, 1)))
+
+
+def test_min_of_integers_and_bools(device):
+    # -x wraps at the lowest int8 and for unsigned integers: min is no -max(-x) there
+    low = tensor([[-128, 127], [0, 5]], device, "int8")
+    assert low.min().item() == -128 and low.min(1).values.tolist() == [-128, 0]
+    assert low.min(dim=0).indices.tolist() == [0, 1]
+    unsigned = tensor([[0, 5], [255, 3]], device, "uint8")
+    assert unsigned.min().item() == 0 and unsigned.min(axis=0).tolist() == [0, 3]
+    assert unsigned.max(1).values.tolist() == [5, 255]
+    bools = tensor([[True, False], [True, True]], device, "bool")
+    assert bools.min().item() is False and bools.min(1).values.tolist() == [False, True]
+    assert bools.max().item() is True and bools.min(1).indices.tolist() == [1, 0]
+    five = tensor(5.0, device)
+    values, indices = five.min(0)
+    assert values.item() == 5.0 and indices.item() == 0 and values.shape == indices.shape == ()
+
+
+def test_max_and_min_errors(device):
+    x = tensor(R, device)
+    with pytest.raises(TypeError, match=r"max: dim must be an int or None, got a Tensor "
+                                        r"\(PyTorch's elementwise x.max\(other\)"):
+        x.max(tensor(R, device))
+    with pytest.raises(TypeError, match=r"min: dim must be an int or None, got \(0, 1\); "
+                                        r"for the values over several axes, min\(axis"):
+        x.min((0, 1))
+    with pytest.raises(TypeError, match="max: got both dim and axis"):
+        x.max(1, axis=1)
+    with pytest.raises(TypeError, match="min: got both keepdim and keepdims"):
+        x.min(1, True, keepdims=True)
+    with pytest.raises(TypeError, match="max: out= is not supported"):
+        x.max(axis=1, out=np.zeros(3))
+    with pytest.raises(ValueError, match=r"max: axis -4 .*\(2, 3, 4\)"):
+        x.max(-4)
+    with pytest.raises(ValueError, match="min: cannot reduce over an empty axis"):
+        tensor(np.zeros((2, 0), np.int64), device, "int64").min(1)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x.max(), lambda x: x.min(), lambda x: x.max(1).values,
+    lambda x: x.min(dim=-1, keepdim=True)[0] * x, lambda x: x.max(axis=(0, 2)),
+    lambda x: x.min(axis=0, keepdims=True),
+], ids=["max", "min", "max_dim", "min_dim_keepdim", "max_axes", "min_axis"])
+def test_max_and_min_gradients(fn, device):
+    check_gradients(fn, R, device=device)
+
+
+def test_tied_maxima_share_the_gradient(device):
+    # (PyTorch's max(dim) gives it all to the indexed entry; its max() shares, as needle)
+    x = tensor(TIES, device).requires_grad_()
+    x.max(1).values.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [[0, 0.5, 0.5], [0.5, 0.5, 0]])
+
+
+# ----- dtype conversions --------------------------------------------------------------------
+@pytest.mark.parametrize("method,dtype", [("float", "float32"), ("double", "float64"),
+                                          ("half", "float16"), ("int", "int32"),
+                                          ("long", "int64"), ("bool", "bool")])
+def test_dtype_conversions(method, dtype, device):
+    if dtype == "float16":
+        try:
+            device.dtype("float16")
+        except TypeError:
+            pytest.skip(f"{device} has no float16")
+    a = np.array([[-2.5, 0.0, 1.0], [3.75, -0.5, 7.0]], np.float64)
+    x = tensor(a, device, "float64")
+    got = getattr(x, method)()
+    assert got.dtype == dtype and got.shape == a.shape
+    np.testing.assert_array_equal(got.numpy(), a.astype(dtype))
+    assert getattr(got, method)() is got  # already there: itself, as PyTorch's
+
+
+def test_floating_conversions_carry_the_gradient(device):
+    x = tensor(A, device, "float32").requires_grad_()
+    (x.double() * 3.0).sum().backward()
+    assert x.grad.dtype == "float32"
+    np.testing.assert_array_equal(x.grad.numpy(), np.full(A.shape, 3.0, np.float32))
+
+
+# ----- T, clone, contiguous, cpu ----------------------------------------------------------
+def test_T_reverses_the_axes(device):
+    m = np.ascontiguousarray(A[0])
+    np.testing.assert_array_equal(tensor(m, device).T.numpy(), m.T)
+    np.testing.assert_array_equal(tensor(A, device).T.numpy(), np.transpose(A))
+    assert tensor(A, device).T.shape == (4, 3, 2)
+    v = tensor(A[0, 0], device)
+    assert v.T.shape == (4,) and tensor(2.0, device).T.shape == ()
+    check_gradients(lambda x: x.T, m, device=device)
+    check_gradients(lambda x: x.T * 2, A, device=device)
+
+
+def test_clone_is_a_copy_in_the_graph(device):
+    x = tensor(A, device).requires_grad_()
+    c = x.clone()
+    assert c is not x and c.dtype == "float32" and c.requires_grad
+    np.testing.assert_array_equal(c.numpy(), A)
+    (c * 2.0).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.full(A.shape, 2.0, np.float32))
+    d = x.detach()
+    e = d.clone()
+    with ndl.no_grad():
+        e += 1.0  # the clone's data changes, the original's does not
+    np.testing.assert_array_equal(d.numpy(), A)
+    np.testing.assert_array_equal(e.numpy(), A + 1.0)
+    check_gradients(lambda t: t.clone() * t, A, device=device)
+
+
+def test_contiguous_and_cpu(device):
+    x = tensor(A, device).requires_grad_()
+    assert x.contiguous() is x
+    host = x.cpu()
+    assert host.device == ndl.cpu() and host.shape == A.shape
+    np.testing.assert_array_equal(host.numpy(), A)
+    (x * 2.0).cpu().sum().backward()  # an op's output is copied in the graph
+    assert x.grad.device == device
+    np.testing.assert_array_equal(x.grad.numpy(), np.full(A.shape, 2.0, np.float32))
+
+
+# ----- abs, sqrt, pow -------------------------------------------------------------------------
+def test_abs(device):
+    a = np.array([[-2.5, -0.0, 0.0], [3.0, -1e-3, np.inf]], np.float32)
+    for got in (tensor(a, device).abs(), abs(tensor(a, device))):
+        assert got.dtype == "float32"
+        np.testing.assert_array_equal(got.numpy(), np.abs(a))
+        assert not np.signbit(got.numpy()).any()  # |-0.0| is 0.0
+    ints = tensor([-3, 0, 4], device, "int64").abs()
+    assert ints.dtype == "int64" and ints.tolist() == [3, 0, 4]
+    assert tensor([0, 7, 255], device, "uint8").abs().tolist() == [0, 7, 255]
+    with pytest.raises(TypeError, match="abs: got a tensor of dtype bool"):
+        tensor([True], device, "bool").abs()
+
+
+def test_abs_gradient_is_the_sign_and_zero_at_zero(device):
+    x = tensor([-2.0, 0.0, 3.0, -0.0], device).requires_grad_()
+    x.abs().sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [-1.0, 0.0, 1.0, 0.0])
+    check_gradients(lambda t: t.abs(), R, device=device)
+
+
+def test_sqrt_and_pow(device):
+    pos = A + 2
+    np.testing.assert_allclose(tensor(pos, device).sqrt().numpy(), np.sqrt(pos), rtol=1e-6)
+    np.testing.assert_allclose(tensor(A, device).pow(2).numpy(), A ** 2, rtol=1e-6)
+    np.testing.assert_allclose(tensor(pos, device).pow(tensor(A, device)).numpy(),
+                               np.power(pos, A), rtol=1e-5)
+    assert tensor([2, 3], device, "int64").pow(3).tolist() == [8, 27]
+    with pytest.raises(TypeError, match="sqrt: needs a floating tensor, got int64"):
+        tensor([4], device, "int64").sqrt()
+    check_gradients(lambda t: t.sqrt(), pos, device=device)
+    check_gradients(lambda t: t.pow(3), A, device=device)
+    check_gradients(lambda b, e: b.pow(e), pos, A, device=device)
+
+
+def test_new_names_inside_a_compiled_step(device):
+    labels = tensor([1, 2, 0, 3, 3, 0], device, "int64")
+
+    def step(x, y):
+        values, indices = (x.abs().T * 2).T.max(1)
+        hits = (x.argmax(dim=1) == y).float().sum()
+        return values.sqrt().sum() + x.sum(dim=0, keepdim=True).sum(), hits, indices
+    run = ndl.compile(step)
+    for scale in (1.0, -1.0, 0.5):
+        x = tensor(R.reshape(6, 4) * scale, device)
+        got, eager = run(x, labels), step(x, labels)
+        for g, e in zip(got, eager):
+            np.testing.assert_array_equal(g.numpy(), e.numpy())
     assert run.captures == 1

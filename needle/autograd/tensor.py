@@ -14,7 +14,8 @@ from .engine import backward
 from .graph import Op, Value, mark_modified
 from .in_place import in_place
 from .tensor_checks import array_operand, check_device, check_grad, out_grad_of
-from .torch_names import TorchNames
+from .torch_names import TorchNames, shape_of, two_axes
+from .torch_reductions import summed
 
 
 class TensorOp(Op):
@@ -347,21 +348,27 @@ class Tensor(TorchNames, Value):
         """Matrix product, `self @ other`."""
         return _ops.matmul(self, other)
 
-    def sum(self, axes: int | tuple[int, ...] | None = None) -> Tensor:
-        """Sum over `axes` (all when None)."""
-        return _ops.Summation(axes)(self)
+    def sum(self, axes: int | tuple[int, ...] | None = None, keepdims: bool = False, *,
+            dim: int | tuple[int, ...] | None = None, keepdim: bool | None = None,
+            axis: int | tuple[int, ...] | None = None, out: None = None) -> Tensor:
+        """Sum over `axes` (all when None); PyTorch's `dim=`/`keepdim=` too, and numpy's
+        `axis=` (`np.sum(x)`): torch_reductions.summed."""
+        if keepdims is False and dim is None and keepdim is None and axis is None and out is None:
+            return _ops.Summation(axes)(self)
+        return summed(self, axes, keepdims, dim, keepdim, axis, out)
 
-    def reshape(self, shape: tuple[int, ...]) -> Tensor:
-        """The same data in a new shape."""
-        return _ops.Reshape(shape)(self)
+    def reshape(self, shape: tuple[int, ...] | int, *more: int) -> Tensor:
+        """The same data in a new shape: `reshape((2, 12))`, or PyTorch's `reshape(2, 12)`."""
+        return _ops.Reshape(shape_of("reshape", shape, more))(self)
 
     def broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
         """Broadcast to `shape` by numpy's rules."""
         return _ops.BroadcastTo(shape)(self)
 
-    def transpose(self, axes: tuple[int, int] | None = None) -> Tensor:
-        """Swap two axes (the last two by default)."""
-        return _ops.Transpose(axes)(self)
+    def transpose(self, axes: tuple[int, int] | int | None = None,
+                  dim1: int | None = None) -> Tensor:
+        """Swap two axes (the last two by default): `transpose((0, 2))` or `transpose(0, 2)`."""
+        return _ops.Transpose(two_axes(axes, dim1))(self)
 
     def exp(self) -> Tensor:
         """Elementwise e**x."""

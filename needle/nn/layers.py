@@ -6,8 +6,9 @@ import math
 from typing import Any
 
 from .. import init, ops
-from ..arguments import check_range, flag
+from ..arguments import check_range, flag, integer
 from ..autograd import Tensor
+from ..autograd.torch_names import flattened_shape
 from ..backends import Device
 from .module import Module, Parameter, check_size
 
@@ -21,14 +22,29 @@ class Identity(Module):
 
 
 class Flatten(Module):
-    """(N, d1, d2, ...) -> (N, d1 * d2 * ...)."""
+    """Axes `start_dim`..`end_dim` (inclusive) merged into one, as PyTorch's; the default is
+    the course's (N, d1, d2, ...) -> (N, d1 * d2 * ...), (N,) -> (N, 1) included."""
+
+    def __init__(self, start_dim: int = 1, end_dim: int = -1) -> None:
+        super().__init__()
+        self.start_dim = integer("Flatten", "start_dim", start_dim)
+        self.end_dim = integer("Flatten", "end_dim", end_dim)
+        start, end = self.start_dim, self.end_dim
+        if (start < 0) == (end < 0) and start > end:  # (else known once the input's ndim is)
+            raise ValueError(f"Flatten: start_dim {start} comes after end_dim {end}")
 
     def forward(self, x: Tensor) -> Tensor:
-        """x reshaped to (N, prod of the other dimensions)."""
+        """x with axes start_dim..end_dim merged (the course's: all but the first)."""
         shape = x.shape
+        if (self.start_dim, self.end_dim) != (1, -1):
+            return ops.reshape(x, flattened_shape("Flatten", shape, self.start_dim, self.end_dim))
         if len(shape) < 1:
             raise ValueError(f"Flatten expects at least 1 dimension (N, ...), found shape {shape}")
         return ops.reshape(x, (shape[0], math.prod(shape[1:])))
+
+    def extra_repr(self) -> str:
+        """PyTorch's repr: `Flatten(start_dim=1, end_dim=-1)`."""
+        return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
 
 
 class ReLU(Module):
