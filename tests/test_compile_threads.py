@@ -60,3 +60,25 @@ def test_a_replay_whose_entry_another_thread_evicted_still_returns():
     entry[0][0] = evicted_meanwhile
     out = run(x)
     assert np.isfinite(out.numpy()) and key not in run.cache
+
+
+def test_a_recording_whose_entry_another_thread_evicted_still_returns():
+    # another thread's recording stores its own signature between this recording's store
+    # and its bookkeeping (max_cache=1 evicts this one): the call still returns its result
+    device = ndl.cpu()
+    lin, x, step = _step_and_inputs(device)
+    run = ndl.compile(step, max_cache=1)
+
+    class Interleaved(type(run.cache)):
+        busy = False
+
+        def __setitem__(self, key, value):
+            super().__setitem__(key, value)
+            if not Interleaved.busy:  # (the other thread, as if it ran right here)
+                Interleaved.busy = True
+                super().__setitem__(("other",), [[], None, 1, 1, False])
+                while len(self) > 1:
+                    self.popitem(last=False)
+    run.cache = Interleaved()
+    out = run(x)
+    assert np.isfinite(out.numpy())

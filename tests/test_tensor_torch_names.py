@@ -675,3 +675,34 @@ def test_new_names_inside_a_compiled_step(device):
         for g, e in zip(got, eager):
             np.testing.assert_array_equal(g.numpy(), e.numpy())
     assert run.captures == 1
+
+
+def test_comparisons_with_scalars_follow_one_rule_on_every_device(device):
+    # the scalar ops' rule (an int with any numeric tensor, a float with floating ones), so
+    # strict, numpy and torch agree: they had three answers for `labels == 1.0`
+    f = tensor([1.0, 2.5], device)
+    labels = tensor([1, 2], device, "int64")
+    u8 = tensor([3, 255], device, "uint8")
+    mask = tensor([True, False], device, "bool")
+    np.testing.assert_array_equal((f == True).numpy(), [True, False])  # noqa: E712 (True: 1)
+    np.testing.assert_array_equal((f > np.float32(1.0)).numpy(), [False, True])
+    np.testing.assert_array_equal((labels == np.int64(2)).numpy(), [False, True])
+    np.testing.assert_array_equal((mask == True).numpy(), [True, False])  # noqa: E712
+    np.testing.assert_array_equal((mask != False).numpy(), [True, False])  # noqa: E712
+    # an int past the dtype's range compares as the number it is
+    for got, want in ((u8 == 300, [False, False]), (u8 != 300, [True, True]),
+                      (u8 < 300, [True, True]), (u8 >= -1, [True, True]),
+                      (u8 > 300, [False, False]), (labels <= -(2**70), [False, False]),
+                      (labels < 2**70, [True, True])):
+        assert got.dtype == "bool"
+        np.testing.assert_array_equal(got.numpy(), want)
+    with pytest.raises(TypeError, match="eq: the scalar 1.0 with a tensor of dtype int64"):
+        _ = labels == 1.0
+    with pytest.raises(TypeError, match="a bool tensor compares with True or False by == "
+                                        "and != only, not with 1"):
+        _ = mask == 1
+    with pytest.raises(TypeError, match="lt: bool tensors are only compared with == and !="):
+        _ = mask < mask
+    with pytest.raises(TypeError, match=r"not a ndarray of shape \(2,\)"):
+        _ = f == np.array([1.0, 2.0])
+    np.testing.assert_array_equal((f == np.array([2.5])).numpy(), [False, True])

@@ -107,6 +107,7 @@ class Compiled:
         self.captures = 0
         #: a method (set when bound or defined in a class body): self keyed by identity
         self.method = False
+        self._lock = threading.Lock()  # the cache's order and evictions, across threads
 
     def __set_name__(self, owner: type, name: str) -> None:
         """Defined in a class body: a method, whose first argument is self, also when called
@@ -148,10 +149,9 @@ class Compiled:
                 except Retrace:  # (raised before anything ran)
                     continue
                 entry[3] = 0  # (replayed: no run of recordings)
-                try:
-                    self.cache.move_to_end(key)
-                except KeyError:  # (another thread's recording evicted it meanwhile)
-                    pass
+                with self._lock:
+                    if key in self.cache:  # (another thread's recording may have evicted it)
+                        self.cache.move_to_end(key)
                 return out
         for obj in held:  # (recording: a full search, once per signature)
             if holds_data(obj):
@@ -207,11 +207,13 @@ class Compiled:
                 "attribute or mode, a global, a Tensor's requires_grad set inside the step), "
                 "so it runs slower than eagerly; see the README's ndl.compile list",
                 RuntimeWarning, stacklevel=3)
-        self.cache[key] = [[replay] + programs[:self.max_cache - 1], pinned, recorded, run,
-                           warned]
-        self.cache.move_to_end(key)
-        while len(self.cache) > self.max_cache:
-            self.cache.popitem(last=False)
+        with self._lock:  # (another thread's recording may store or evict meanwhile)
+            self.cache[key] = [[replay] + programs[:self.max_cache - 1], pinned, recorded, run,
+                               warned]
+            if key in self.cache:  # (evicted at once only where a thread skipped the lock)
+                self.cache.move_to_end(key)
+            while len(self.cache) > self.max_cache:
+                self.cache.popitem(last=False)
         return detached(result)
 
     def programs(self) -> list[Program]:
