@@ -706,3 +706,39 @@ def test_comparisons_with_scalars_follow_one_rule_on_every_device(device):
     with pytest.raises(TypeError, match=r"not a ndarray of shape \(2,\)"):
         _ = f == np.array([1.0, 2.0])
     np.testing.assert_array_equal((f == np.array([2.5])).numpy(), [False, True])
+
+
+def test_casts_to_integers_and_bools_carry_no_gradient(device):
+    # as PyTorch's: (x * x.int().float()).sum() has the gradient x.int(), not x.int() + x
+    # cut to an integer (the adjoint went back through the cast)
+    x = tensor([1.5, -2.7, 3.2], device)
+    for cast, want in (("int", [1, -2, 3]), ("long", [1, -2, 3]), ("bool", [1, 1, 1])):
+        x.grad = None
+        rounded = getattr(x, cast)()
+        assert not rounded.requires_grad
+        (x * ndl.ops.astype(rounded, "float32")).sum().backward()
+        np.testing.assert_array_equal(x.grad.numpy(), want)
+    y = ndl.ops.astype(x, "float64")  # floating casts keep theirs
+    assert y.requires_grad
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [1, 1, 1])
+
+
+def test_sqrt_is_the_square_root(device):
+    # not x ** 0.5: pow gave sqrt(-inf) = +inf on jax, and its gradient +inf at -0.0
+    x = tensor(np.array([4.0, 0.25, -0.0, -1.0, -np.inf], np.float32), device)
+    with np.errstate(invalid="ignore"):  # (numpy's and strict's warnings at -1 and -inf)
+        want, got = np.sqrt(x.numpy()), x.sqrt().numpy()
+    np.testing.assert_array_equal(got, want)  # NaN, -0.0 and all
+    y = tensor([4.0, 0.25], device)
+    y.sqrt().sum().backward()
+    np.testing.assert_allclose(y.grad.numpy(), [0.25, 1.0])
+    check_gradients(lambda t: t.sqrt(), np.array([0.5, 2.0, 9.0]), device=device)
+
+
+def test_sum_of_a_0d_tensor_over_dim_0(device):
+    five = tensor(np.float32(5.0), device)
+    for got in (five.sum(dim=0), five.sum(dim=-1)):
+        assert got.shape == () and float(got.numpy()) == 5.0
+    with pytest.raises(ValueError, match="out of range"):
+        five.sum(dim=1)

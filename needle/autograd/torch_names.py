@@ -236,11 +236,13 @@ class TorchNames(TorchReductions):
     __abs__ = abs
 
     def sqrt(self) -> Any:
-        """Elementwise square root, as x ** 0.5 (its gradient inf at 0, as PyTorch's)."""
+        """Elementwise square root (its gradient inf at 0, as PyTorch's)."""
         if self.dtype.kind != "f":
             raise TypeError(f"sqrt: needs a floating tensor, got {self.dtype}; convert it "
                             "first, e.g. x.float()")
-        return self ** 0.5
+        from ..ops.unary import sqrt
+
+        return sqrt(self)
 
     def pow(self, exponent: Any) -> Any:
         """`self ** exponent`, for a number or a Tensor exponent."""

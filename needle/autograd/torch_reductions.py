@@ -58,6 +58,9 @@ def summed(x: Any, axes: Any, keepdims: Any, dim: Any, keepdim: Any, axis: Any,
     keepdims = _keep("sum", ("keepdims", "keepdim"), keepdims, keepdim)
     if name == "dim" and isinstance(axes, (tuple, list)) and not axes:
         axes = None
+    if name == "dim" and axes is not None and not x.shape:  # (a 0-d tensor takes 0 and -1,
+        dims_of_0d("sum", axes)  # as PyTorch's)
+        axes = None
     total = Summation(axes)(x)
     if not keepdims:
         return total

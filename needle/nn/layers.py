@@ -25,6 +25,8 @@ class Flatten(Module):
     """Axes `start_dim`..`end_dim` (inclusive) merged into one, as PyTorch's; the default is
     the course's (N, d1, d2, ...) -> (N, d1 * d2 * ...), (N,) -> (N, 1) included."""
 
+    start_dim, end_dim = 1, -1  # (the course's Flatten: a module pickled before had neither)
+
     def __init__(self, start_dim: int = 1, end_dim: int = -1) -> None:
         super().__init__()
         self.start_dim = integer("Flatten", "start_dim", start_dim)

@@ -24,6 +24,7 @@ from typing import Any
 from ..autograd.graph import Value, array_of
 from ..autograd.tensor import Tensor, TensorOp
 from ..backends import device_of, namespace
+from ..grad_mode import no_grad
 
 _FLOATS = {"float16": 0, "float32": 1, "float64": 2}
 _COMPLEX = {"complex64": 1, "complex128": 2}
@@ -155,7 +156,12 @@ class AsType(TensorOp):
 
 
 def astype(a: Tensor, dtype: Any) -> Tensor:
-    """`a` converted to `dtype` (differentiable: the gradient is converted back)."""
+    """`a` converted to `dtype` (differentiable between floating dtypes: the gradient is
+    converted back; to an integer or bool dtype no gradient flows, as in PyTorch)."""
+    xp = a.device.xp
+    if not xp.isdtype(a.device.dtype(dtype), ("real floating", "complex floating")):
+        with no_grad():
+            return AsType(dtype)(a)
     return AsType(dtype)(a)
 
 

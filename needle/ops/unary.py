@@ -1,4 +1,4 @@
-"""Elementwise functions of one tensor: log, exp, relu, tanh and sigmoid."""
+"""Elementwise functions of one tensor: log, exp, sqrt, relu, tanh and sigmoid."""
 
 from __future__ import annotations
 
@@ -38,6 +38,21 @@ class Exp(TensorOp):
 def exp(a: Tensor) -> Tensor:
     """Elementwise e ** a."""
     return Exp()(a)
+
+
+class Sqrt(TensorOp):
+    """Square root (NaN below 0, -0.0 at -0.0, as xp.sqrt)."""
+
+    def compute(self, a):
+        return floating_only("sqrt", namespace(a).sqrt, a)
+
+    def gradient(self, out_grad, node):
+        return out_grad / (node.result * 2)  # d/da sqrt a = 1 / (2 sqrt a)
+
+
+def sqrt(a: Tensor) -> Tensor:
+    """Elementwise square root."""
+    return Sqrt()(a)
 
 
 def relu_portable(a: Any) -> Any:
