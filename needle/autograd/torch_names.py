@@ -68,6 +68,17 @@ def flattened_shape(op: str, shape: tuple[int, ...], start_dim: int,
     return shape[:start] + (math.prod(shape[start:end + 1]),) + shape[end + 1:]
 
 
+def _comparison(name: str, symbol: str) -> Any:
+    """The method `self <symbol> other`: an elementwise bool Tensor (ops/compare.py)."""
+    def method(self: Any, other: Any) -> Any:
+        from ..ops.compare import compare
+
+        return compare(name, self, other)
+    method.__name__ = method.__qualname__ = f"__{name}__"
+    method.__doc__ = f"`self {symbol} other` elementwise: a bool Tensor without a gradient."
+    return method
+
+
 class TorchNames(TorchReductions):
     """PyTorch's Tensor methods, built from needle's ops (mixed into Tensor)."""
 
@@ -75,35 +86,9 @@ class TorchNames(TorchReductions):
     __hash__ = object.__hash__  # (by identity, as before: defining __eq__ would remove it)
 
     # ----- comparisons: bool Tensors without a gradient (ops/compare.py) ---------------------
-    def __eq__(self, other: Any) -> Any:
-        from ..ops.compare import compare
-
-        return compare("eq", self, other)
-
-    def __ne__(self, other: Any) -> Any:
-        from ..ops.compare import compare
-
-        return compare("ne", self, other)
-
-    def __lt__(self, other: Any) -> Any:
-        from ..ops.compare import compare
-
-        return compare("lt", self, other)
-
-    def __le__(self, other: Any) -> Any:
-        from ..ops.compare import compare
-
-        return compare("le", self, other)
-
-    def __gt__(self, other: Any) -> Any:
-        from ..ops.compare import compare
-
-        return compare("gt", self, other)
-
-    def __ge__(self, other: Any) -> Any:
-        from ..ops.compare import compare
-
-        return compare("ge", self, other)
+    __eq__, __ne__ = _comparison("eq", "=="), _comparison("ne", "!=")
+    __lt__, __le__ = _comparison("lt", "<"), _comparison("le", "<=")
+    __gt__, __ge__ = _comparison("gt", ">"), _comparison("ge", ">=")
 
     def unsqueeze(self, dim: int) -> Any:
         """A new axis of size 1 at `dim` (-ndim-1..ndim), as a reshape."""
