@@ -158,11 +158,12 @@ class AsType(TensorOp):
 def astype(a: Tensor, dtype: Any) -> Tensor:
     """`a` converted to `dtype` (differentiable between floating dtypes: the gradient is
     converted back; to an integer or bool dtype no gradient flows, as in PyTorch)."""
+    op = AsType(dtype)  # (checks that a dtype is given)
     xp = a.device.xp
     if not xp.isdtype(a.device.dtype(dtype), ("real floating", "complex floating")):
         with no_grad():
-            return AsType(dtype)(a)
-    return AsType(dtype)(a)
+            return op(a)
+    return op(a)
 
 
 def check_scalar_result(op: str, a: Any, scalar: Any, out: Any) -> None:
