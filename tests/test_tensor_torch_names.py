@@ -742,3 +742,14 @@ def test_sum_of_a_0d_tensor_over_dim_0(device):
         assert got.shape == () and float(got.numpy()) == 5.0
     with pytest.raises(ValueError, match="out of range"):
         five.sum(dim=1)
+
+
+def test_astype_of_raw_arrays_and_pickled_comparisons(device):
+    # ops.astype takes a device's raw array as every op does (a gradient rule's arrays)
+    raw = device.asarray(np.ones(3, np.int32))
+    assert device.public_dtype(ndl.ops.astype(raw, "float32").dtype).name == "float32"
+    assert device.public_dtype(ndl.ops.astype(raw, "int8").dtype).name == "int8"
+    import pickle
+
+    assert pickle.loads(pickle.dumps(ndl.Tensor.__lt__)) is ndl.Tensor.__lt__
+    np.testing.assert_array_equal(ndl.ops.sqrt(tensor([4.0], device)).numpy(), [2.0])

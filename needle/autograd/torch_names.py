@@ -74,7 +74,7 @@ def _comparison(name: str, symbol: str) -> Any:
         from ..ops.compare import compare
 
         return compare(name, self, other)
-    method.__name__ = method.__qualname__ = f"__{name}__"
+    method.__name__, method.__qualname__ = f"__{name}__", f"TorchNames.__{name}__"
     method.__doc__ = f"`self {symbol} other` elementwise: a bool Tensor without a gradient."
     return method
 

@@ -9,7 +9,7 @@ from .scalar import (
     AddScalar, DivScalar, MulScalar, PowerScalar, RPowerScalar, add_scalar, as_scalar,
     divide_scalar, mul_scalar, power_scalar, rpower_scalar,
 )
-from .unary import Exp, Log, ReLU, Sigmoid, Tanh, exp, log, relu, sigmoid, tanh
+from .unary import Exp, Log, ReLU, Sigmoid, Sqrt, Tanh, exp, log, relu, sigmoid, sqrt, tanh
 from .dtypes import AsType, astype
 from .conv import BiasGrad, Conv, ConvGrads, ConvInputGrad, ConvWeightGrad, conv
 from .im2col import Col2Im, Im2Col, Pad, Taps, im2col, pad
@@ -46,6 +46,7 @@ __all__ = [
     "Log", "MulScalar", "Negate", "PowerScalar", "ReLU", "RPowerScalar", "Sigmoid", "Tanh",
     "add", "add_n", "add_scalar", "divide", "divide_scalar", "exp", "log", "mul_scalar",
     "multiply", "negate", "power", "power_scalar", "relu", "rpower_scalar", "sigmoid", "tanh",
+    "Sqrt", "sqrt",
     "MatMul", "matmul", "Affine", "affine", "BroadcastTo", "Dilate", "Flip", "GetItem",
     "Permute", "Reshape",
     "ScatterItem", "Transpose", "UnDilate", "broadcast_to", "dilate", "flip", "get_item",

@@ -159,8 +159,8 @@ def astype(a: Tensor, dtype: Any) -> Tensor:
     """`a` converted to `dtype` (differentiable between floating dtypes: the gradient is
     converted back; to an integer or bool dtype no gradient flows, as in PyTorch)."""
     op = AsType(dtype)  # (checks that a dtype is given)
-    xp = a.device.xp
-    if not xp.isdtype(a.device.dtype(dtype), ("real floating", "complex floating")):
+    device = a.device if isinstance(a, Value) else device_of(a)  # (a raw array too)
+    if not device.xp.isdtype(device.dtype(dtype), ("real floating", "complex floating")):
         with no_grad():
             return op(a)
     return op(a)
