@@ -242,6 +242,7 @@ CASES = [
     Case("negate", ndl.negate, np.negative, [(3, 4)]),
     Case("log", ndl.log, np.log, [(3, 4)], positive=True),
     Case("exp", ndl.exp, np.exp, [(3, 4)]),
+    Case("sqrt", ndl.ops.sqrt, np.sqrt, [(3, 4)], positive=True),
     Case("relu", ndl.relu, lambda a: np.maximum(a, 0), [(3, 4)]),
     Case("tanh", ndl.tanh, np.tanh, [(3, 4)]),
     Case("sigmoid", ndl.sigmoid, lambda a: 1 / (1 + np.exp(-a)), [(3, 4)]),
